@@ -1,0 +1,145 @@
+//! What an agent tells the world while it works.
+
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::message::Msg;
+use crate::model::ChatUsage;
+
+/// One thing that happened during a reply.
+///
+/// The terminal, the web page and the tests all read the same events.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// A message to show. Streamed messages repeat with the same `msg.id` and cumulative
+    /// content, `last == false`, and end with exactly one `last == true`.
+    Message {
+        /// The message as it is now.
+        msg: Msg,
+        /// Whether this is the message's final state.
+        last: bool,
+    },
+    /// A tool call is about to run.
+    ToolStarted {
+        /// The reply this call belongs to.
+        reply_id: String,
+        /// The call id.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The arguments (after pre-acting hooks).
+        input: Value,
+    },
+    /// A tool call reached its terminal state; its result is in memory.
+    ToolFinished {
+        /// The reply this call belongs to.
+        reply_id: String,
+        /// The call id.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// How it ended.
+        state: ToolCallState,
+        /// Time from start to result.
+        duration: Duration,
+    },
+    /// The reply is over.
+    ReplyFinished {
+        /// The reply id.
+        reply_id: String,
+        /// Why it ended.
+        stop_reason: StopReason,
+        /// Tokens used by all model calls of the reply.
+        usage: ChatUsage,
+    },
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToolCallState {
+    /// The tool produced its result.
+    Completed,
+    /// The call failed: unknown tool, invalid arguments, the tool's error or panic.
+    Failed,
+}
+
+/// Why a reply ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model answered without calling tools (or produced the structured output).
+    Answered,
+    /// `max_iters` rounds passed; the reply is the model's summary.
+    MaxIters,
+    /// The reply failed; the text says why. Memory holds everything up to the failure.
+    Failed(String),
+}
+
+/// Fans events out to subscribers.
+#[derive(Default)]
+pub(crate) struct EventHub {
+    subscribers: Mutex<Vec<mpsc::UnboundedSender<AgentEvent>>>,
+    count: AtomicUsize,
+}
+
+impl EventHub {
+    pub(crate) fn has_subscribers(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    pub(crate) fn subscribe(&self) -> EventStream {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers.push(tx);
+        self.count.store(subscribers.len(), Ordering::Relaxed);
+        EventStream { rx }
+    }
+
+    pub(crate) fn emit(&self, event: &AgentEvent) {
+        if !self.has_subscribers() {
+            return;
+        }
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers.retain(|s| s.send(event.clone()).is_ok());
+        self.count.store(subscribers.len(), Ordering::Relaxed);
+    }
+}
+
+/// A stream of [`AgentEvent`]s, from [`ReActAgent::subscribe`](super::ReActAgent::subscribe).
+#[derive(Debug)]
+pub struct EventStream {
+    rx: mpsc::UnboundedReceiver<AgentEvent>,
+}
+
+impl EventStream {
+    pub(crate) fn new(rx: mpsc::UnboundedReceiver<AgentEvent>) -> Self {
+        EventStream { rx }
+    }
+
+    /// The next event, or `None` once the sender side is gone.
+    pub async fn recv(&mut self) -> Option<AgentEvent> {
+        self.rx.recv().await
+    }
+
+    /// An event that is already waiting, without blocking.
+    pub fn try_recv(&mut self) -> Option<AgentEvent> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl Stream for EventStream {
+    type Item = AgentEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
+        self.rx.poll_recv(cx)
+    }
+}

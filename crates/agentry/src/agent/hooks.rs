@@ -1,0 +1,65 @@
+//! Hooks: code that runs around replying, reasoning, acting and printing.
+//!
+//! Hooks belong to one agent instance (there are no global or class-wide hooks) and run in
+//! registration order. Each receives its arguments or output by `&mut` and may change them:
+//! a pre-reasoning hook can force a tool choice, a post-reasoning hook can drop tool calls
+//! (the edited message is what memory keeps), a pre-acting hook can rewrite arguments, a
+//! post-acting hook can rewrite a result, a pre-print hook can change what is shown.
+//!
+//! ```
+//! use agentry::agent::{AgentHook, HookContext};
+//! use agentry::message::Msg;
+//! use async_trait::async_trait;
+//!
+//! /// Keeps at most two tool calls per reasoning step (seed 7.4, Q1).
+//! struct AtMostTwoCalls;
+//!
+//! #[async_trait]
+//! impl AgentHook for AtMostTwoCalls {
+//!     async fn post_reasoning(&self, _ctx: &HookContext, msg: &mut Msg) {
+//!         let mut seen = 0;
+//!         msg.content.retain(|b| match b {
+//!             agentry::message::ContentBlock::ToolUse(_) => { seen += 1; seen <= 2 }
+//!             _ => true,
+//!         });
+//!     }
+//! }
+//! ```
+
+use async_trait::async_trait;
+
+use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
+use crate::model::ToolChoice;
+
+/// Where a hook is running.
+#[derive(Debug, Clone)]
+pub struct HookContext {
+    /// The agent's name.
+    pub agent_name: String,
+    /// The current reply.
+    pub reply_id: String,
+    /// The reasoning/acting round, from 0.
+    pub iteration: usize,
+}
+
+/// Code run around the agent's steps. Every method has an empty default; implement the ones
+/// you need.
+#[async_trait]
+pub trait AgentHook: Send + Sync + 'static {
+    /// Before a reply; may replace or remove the incoming message.
+    async fn pre_reply(&self, _ctx: &HookContext, _msg: &mut Option<Msg>) {}
+    /// After a reply; may change the returned message.
+    async fn post_reply(&self, _ctx: &HookContext, _reply: &mut Msg) {}
+    /// Before a model call; may change the tool choice.
+    async fn pre_reasoning(&self, _ctx: &HookContext, _tool_choice: &mut Option<ToolChoice>) {}
+    /// After a model call, before the message is stored; may change it.
+    async fn post_reasoning(&self, _ctx: &HookContext, _msg: &mut Msg) {}
+    /// Before a tool call; may change its arguments (the result keeps the call's id).
+    async fn pre_acting(&self, _ctx: &HookContext, _call: &mut ToolUseBlock) {}
+    /// After a tool call, before the result is stored; may change the result.
+    async fn post_acting(&self, _ctx: &HookContext, _call: &ToolUseBlock, _result: &mut ToolResultBlock) {}
+    /// Before a message event is emitted; may change what is shown.
+    async fn pre_print(&self, _ctx: &HookContext, _msg: &mut Msg, _last: bool) {}
+    /// After a message event was emitted.
+    async fn post_print(&self, _ctx: &HookContext, _msg: &Msg, _last: bool) {}
+}

@@ -1,0 +1,40 @@
+//! # Agentry
+//!
+//! A runtime for tool-using LLM agents: a ReAct loop ([`agent::ReActAgent`]) over any chat model
+//! ([`model::ChatModel`], with an OpenAI-compatible provider), a [`tool::Toolkit`] that treats
+//! every tool the same way, and a [`memory::Memory`] of every message.
+//!
+//! The crate is organised by concept: [`message`], [`model`], [`tool`], [`memory`], [`agent`].
+//! A user who reads only [`agent`] should understand the loop; one who reads only [`tool`]
+//! should be able to write a tool.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+// Lets `#[tool]` expansions name `::agentry` inside this crate's own tests too.
+extern crate self as agentry;
+
+pub mod agent;
+pub mod memory;
+pub mod message;
+pub mod model;
+pub mod tool;
+
+pub use agent::{AgentError, AgentEvent, ReActAgent};
+pub use message::{ContentBlock, Msg, Role};
+
+/// Items used by macro expansions; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+    pub use tokio;
+
+    use crate::tool::{ToolError, ToolStream};
+    use futures::StreamExt;
+
+    /// A tool stream that fails at once.
+    pub fn error_stream(error: ToolError) -> ToolStream {
+        futures::stream::once(async move { Err(error) }).boxed()
+    }
+}

@@ -1,0 +1,191 @@
+//! Memory: the messages of a conversation, in order.
+//!
+//! Only the agent loop writes memory during a reply. The loop keeps it consistent: every tool
+//! call in an assistant message is followed by exactly one result, in call order.
+//!
+//! ```
+//! use agentry::memory::{InMemoryMemory, Memory};
+//! use agentry::message::Msg;
+//!
+//! # tokio_test_block_on(async {
+//! let memory = InMemoryMemory::new();
+//! memory.add(vec![Msg::user("hi")]).await.unwrap();
+//! assert_eq!(memory.size().await.unwrap(), 1);
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::message::{Msg, ToolUseBlock};
+
+/// Why a memory operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// The storage behind the memory failed.
+    #[error("memory storage error: {0}")]
+    Storage(String),
+}
+
+/// Where an agent keeps its conversation.
+#[async_trait]
+pub trait Memory: Send + Sync {
+    /// Appends messages in order. Messages whose id is already stored are skipped.
+    async fn add(&self, msgs: Vec<Msg>) -> Result<(), MemoryError>;
+    /// All messages, oldest first.
+    async fn messages(&self) -> Result<Vec<Msg>, MemoryError>;
+    /// Deletes messages by id; returns how many were deleted.
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError>;
+    /// Number of messages.
+    async fn size(&self) -> Result<usize, MemoryError>;
+    /// Deletes everything.
+    async fn clear(&self) -> Result<(), MemoryError>;
+
+    /// Every tool call in the conversation, in order (seed 7.3).
+    async fn tool_calls(&self) -> Result<Vec<ToolUseBlock>, MemoryError> {
+        Ok(tool_calls(&self.messages().await?))
+    }
+
+    /// How many times each tool was called (seed 7.3).
+    async fn tool_call_counts(&self) -> Result<BTreeMap<String, usize>, MemoryError> {
+        Ok(tool_call_counts(&self.messages().await?))
+    }
+}
+
+/// The tool calls in `msgs`, in order.
+pub fn tool_calls(msgs: &[Msg]) -> Vec<ToolUseBlock> {
+    msgs.iter().flat_map(|m| m.tool_uses().cloned()).collect()
+}
+
+/// How many times each tool was called in `msgs`.
+pub fn tool_call_counts(msgs: &[Msg]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for call in msgs.iter().flat_map(Msg::tool_uses) {
+        *counts.entry(call.name.clone()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Memory in a `Vec`, for one process's lifetime.
+#[derive(Debug, Default)]
+pub struct InMemoryMemory {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    msgs: Vec<Msg>,
+    ids: HashSet<String>,
+}
+
+impl InMemoryMemory {
+    /// An empty memory.
+    pub fn new() -> Self {
+        InMemoryMemory::default()
+    }
+
+    // A poisoned lock means a panic elsewhere while holding it; every mutation here completes
+    // before it can panic, so the data is consistent.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait]
+impl Memory for InMemoryMemory {
+    async fn add(&self, msgs: Vec<Msg>) -> Result<(), MemoryError> {
+        let mut state = self.state();
+        for msg in msgs {
+            if state.ids.insert(msg.id.clone()) {
+                state.msgs.push(msg);
+            }
+        }
+        Ok(())
+    }
+
+    async fn messages(&self) -> Result<Vec<Msg>, MemoryError> {
+        Ok(self.state().msgs.clone())
+    }
+
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {
+        let mut state = self.state();
+        let before = state.msgs.len();
+        state.msgs.retain(|m| !ids.contains(&m.id));
+        for id in ids {
+            state.ids.remove(id);
+        }
+        Ok(before - state.msgs.len())
+    }
+
+    async fn size(&self) -> Result<usize, MemoryError> {
+        Ok(self.state().msgs.len())
+    }
+
+    async fn clear(&self) -> Result<(), MemoryError> {
+        let mut state = self.state();
+        state.msgs.clear();
+        state.ids.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{ContentBlock, Role};
+    use serde_json::json;
+
+    fn call(name: &str) -> ContentBlock {
+        ContentBlock::ToolUse(ToolUseBlock {
+            id: crate::message::new_id(),
+            name: name.into(),
+            input: json!({}),
+            raw_input: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn add_skips_known_ids_and_delete_works() {
+        let memory = InMemoryMemory::new();
+        let a = Msg::user("a");
+        memory
+            .add(vec![a.clone(), a.clone(), Msg::user("b")])
+            .await
+            .unwrap();
+        assert_eq!(memory.size().await.unwrap(), 2);
+        assert_eq!(memory.delete(std::slice::from_ref(&a.id)).await.unwrap(), 1);
+        memory.add(vec![a]).await.unwrap();
+        assert_eq!(memory.size().await.unwrap(), 2, "a deleted id can be added again");
+        memory.clear().await.unwrap();
+        assert_eq!(memory.size().await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn tool_call_helpers_list_and_count() {
+        let memory = InMemoryMemory::new();
+        memory
+            .add(vec![
+                Msg::new("bot", Role::Assistant, vec![call("add"), call("search")]),
+                Msg::new("bot", Role::Assistant, vec![ContentBlock::text("x"), call("add")]),
+            ])
+            .await
+            .unwrap();
+        let names: Vec<String> = memory
+            .tool_calls()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["add", "search", "add"]);
+        let counts = memory.tool_call_counts().await.unwrap();
+        assert_eq!(counts.get("add"), Some(&2));
+        assert_eq!(counts.get("search"), Some(&1));
+    }
+}

@@ -1,0 +1,182 @@
+//! Chat models: the [`ChatModel`] trait and its providers.
+//!
+//! A model call returns a stream of **cumulative** [`ChatResponse`]s: each item holds the whole
+//! response so far, so consumers replace rather than append. A non-streaming call yields exactly
+//! one item. The last item of the stream is the complete response (with usage, when the server
+//! reports it). Delta-to-cumulative conversion happens once, in the provider.
+
+pub mod openai;
+mod partial_json;
+mod retry;
+
+pub use openai::{OpenAiChatModel, OpenAiConfig};
+pub use partial_json::parse_partial_object;
+pub use retry::RetryPolicy;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{ContentBlock, Msg, ToolUseBlock};
+
+/// What the model may do with tools in one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (provider default).
+    Auto,
+    /// The model must not call tools.
+    None,
+    /// The model must call at least one tool.
+    Required,
+    /// The model must call this tool.
+    Named(String),
+}
+
+/// The description of one tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    /// Tool name.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// One model call.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The prompt: system prompt, history, hints.
+    pub messages: Vec<Msg>,
+    /// The tools the model may call.
+    pub tools: Arc<[ToolSchema]>,
+    /// Constraint on tool use; `None` leaves the provider's default.
+    pub tool_choice: Option<ToolChoice>,
+}
+
+impl ChatRequest {
+    /// A request without tools.
+    pub fn new(messages: Vec<Msg>) -> Self {
+        ChatRequest {
+            messages,
+            tools: Arc::from(Vec::new()),
+            tool_choice: None,
+        }
+    }
+}
+
+/// Token accounting of one call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatUsage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// Wall time of the call, from sending the request to the last byte.
+    pub time: Duration,
+}
+
+/// The (cumulative) response of one model call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    /// Response id from the server, when it sends one.
+    pub id: String,
+    /// Everything generated so far: thinking, text, then tool calls.
+    pub content: Vec<ContentBlock>,
+    /// Set on the final item when the server reports usage.
+    pub usage: Option<ChatUsage>,
+    /// The server's finish reason, on the final item.
+    pub finish_reason: Option<String>,
+}
+
+impl ChatResponse {
+    /// The tool calls of this response.
+    pub fn tool_uses(&self) -> impl Iterator<Item = &ToolUseBlock> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolUse(u) => Some(u),
+            _ => None,
+        })
+    }
+}
+
+/// The stream a model call returns.
+pub type ChatStream = BoxStream<'static, Result<ChatResponse, ModelError>>;
+
+/// A chat model: anything that turns a prompt into a stream of cumulative responses.
+///
+/// Implementations must be cheap to call concurrently; the agent holds them behind an `Arc`.
+pub trait ChatModel: Send + Sync + 'static {
+    /// The model's name, for logs and traces.
+    fn model_name(&self) -> &str;
+    /// Whether calls stream (several cumulative items) or not (one item).
+    fn is_streaming(&self) -> bool;
+    /// Starts one call. Nothing is sent until the stream is polled.
+    fn chat(&self, request: ChatRequest) -> ChatStream;
+}
+
+/// Why a model call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The model is misconfigured (bad URL, missing model name, ...).
+    #[error("model configuration error: {0}")]
+    Config(String),
+    /// The server could not be reached.
+    #[error("cannot reach the model server at {url} after {attempts} attempt(s): {reason}")]
+    Connect {
+        /// Endpoint.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The underlying error.
+        reason: String,
+    },
+    /// The server did not answer in time.
+    #[error("the model server at {url} did not answer within {timeout:?} (after {attempts} attempt(s))")]
+    Timeout {
+        /// Endpoint.
+        url: String,
+        /// The limit that was hit.
+        timeout: Duration,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The server answered with an HTTP error status.
+    #[error("the model server at {url} answered HTTP {status} after {attempts} attempt(s): {body}")]
+    Status {
+        /// Endpoint.
+        url: String,
+        /// HTTP status code.
+        status: u16,
+        /// The start of the response body.
+        body: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The server reported an error inside a successful response.
+    #[error("the model server reported an error: {0}")]
+    Api(String),
+    /// The response could not be understood.
+    #[error("the model server sent a malformed response ({reason}): {excerpt}")]
+    Decode {
+        /// What was wrong.
+        reason: String,
+        /// The start of the offending data.
+        excerpt: String,
+    },
+    /// The connection broke or the stream ended before the response was complete.
+    #[error("the model response stream broke off: {0}")]
+    Stream(String),
+}
+
+/// The first `max` characters of `s`, with a marker when cut.
+pub(crate) fn excerpt(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &s[..cut], s.len()),
+        None => s.to_owned(),
+    }
+}

@@ -1,0 +1,583 @@
+//! Response decoding: whole `chat.completion` bodies and accumulation of streamed chunks.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::message::{ContentBlock, ToolUseBlock, new_id};
+use crate::model::{ChatResponse, ChatUsage, ModelError, excerpt, parse_partial_object};
+
+const EXCERPT: usize = 300;
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+impl WireUsage {
+    fn into_usage(self, time: Duration) -> ChatUsage {
+        ChatUsage {
+            input_tokens: self.prompt_tokens,
+            output_tokens: self.completion_tokens,
+            time,
+        }
+    }
+}
+
+/// An `error` member some servers put inside a 200 response or an SSE event.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum WireError {
+    Object { message: String },
+    Text(String),
+    Other(Value),
+}
+
+impl WireError {
+    fn message(self) -> String {
+        match self {
+            WireError::Object { message } | WireError::Text(message) => message,
+            WireError::Other(v) => v.to_string(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole responses
+
+#[derive(Deserialize)]
+struct Completion {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<WireError>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    message: Option<ResponseMessage>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ResponseMessage {
+    #[serde(default)]
+    content: Option<TextOrParts>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ResponseToolCall>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TextOrParts {
+    Text(String),
+    Parts(Vec<Value>),
+}
+
+impl TextOrParts {
+    fn into_text(self) -> String {
+        match self {
+            TextOrParts::Text(t) => t,
+            TextOrParts::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ResponseToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<ResponseFunction>,
+}
+
+#[derive(Deserialize)]
+struct ResponseFunction {
+    #[serde(default)]
+    name: Option<String>,
+    /// A JSON string on OpenAI's wire; some servers send the object itself.
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// Decodes a whole `chat.completion` body.
+pub(super) fn decode_completion(body: &[u8], time: Duration) -> Result<ChatResponse, ModelError> {
+    let completion: Completion = serde_json::from_slice(body).map_err(|e| ModelError::Decode {
+        reason: e.to_string(),
+        excerpt: excerpt(&String::from_utf8_lossy(body), EXCERPT),
+    })?;
+    if let Some(error) = completion.error {
+        return Err(ModelError::Api(error.message()));
+    }
+    let Some(choice) = completion.choices.into_iter().next() else {
+        return Err(ModelError::Decode {
+            reason: "the response has no choices".into(),
+            excerpt: excerpt(&String::from_utf8_lossy(body), EXCERPT),
+        });
+    };
+    let mut content = Vec::new();
+    if let Some(message) = choice.message {
+        if let Some(thinking) = message
+            .reasoning_content
+            .or(message.reasoning)
+            .filter(|t| !t.is_empty())
+        {
+            content.push(ContentBlock::Thinking { thinking });
+        }
+        if let Some(text) = message
+            .content
+            .map(TextOrParts::into_text)
+            .filter(|t| !t.is_empty())
+        {
+            content.push(ContentBlock::Text { text });
+        }
+        for call in message.tool_calls.unwrap_or_default() {
+            let function = call.function.unwrap_or(ResponseFunction {
+                name: None,
+                arguments: None,
+            });
+            let raw = match function.arguments {
+                Some(Value::String(s)) => s,
+                Some(Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            content.push(ContentBlock::ToolUse(finished_call(
+                call.id
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(generated_call_id),
+                function.name.unwrap_or_default(),
+                raw,
+            )));
+        }
+    }
+    Ok(ChatResponse {
+        id: completion.id.unwrap_or_default(),
+        content,
+        usage: completion.usage.map(|u| u.into_usage(time)),
+        finish_reason: choice.finish_reason,
+    })
+}
+
+fn generated_call_id() -> String {
+    format!("call_{}", new_id())
+}
+
+/// A complete tool call: arguments parsed, `input` null when they are not a JSON object.
+fn finished_call(id: String, name: String, raw: String) -> ToolUseBlock {
+    let input = if raw.trim().is_empty() {
+        Value::Object(Map::new())
+    } else {
+        match serde_json::from_str::<Value>(&raw) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => Value::Null,
+        }
+    };
+    ToolUseBlock {
+        id,
+        name,
+        input,
+        raw_input: Some(raw),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streamed responses
+
+#[derive(Deserialize)]
+pub(super) struct Chunk {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<WireError>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+struct CallState {
+    index: Option<u32>,
+    id: String,
+    id_generated: bool,
+    name: String,
+    arguments: String,
+    preview: Map<String, Value>,
+}
+
+/// Turns a sequence of chunks into cumulative responses.
+#[derive(Default)]
+pub(super) struct Accumulator {
+    id: String,
+    thinking: String,
+    text: String,
+    calls: Vec<CallState>,
+    usage: Option<WireUsage>,
+    finish_reason: Option<String>,
+}
+
+impl Accumulator {
+    /// Parses one SSE `data` payload.
+    pub(super) fn parse(data: &str) -> Result<Chunk, ModelError> {
+        serde_json::from_str(data).map_err(|e| ModelError::Decode {
+            reason: format!("invalid JSON in a stream event: {e}"),
+            excerpt: excerpt(data, EXCERPT),
+        })
+    }
+
+    /// Absorbs one chunk; returns whether the visible content changed.
+    pub(super) fn absorb(&mut self, chunk: Chunk) -> Result<bool, ModelError> {
+        if let Some(error) = chunk.error {
+            return Err(ModelError::Api(error.message()));
+        }
+        if self.id.is_empty()
+            && let Some(id) = chunk.id
+        {
+            self.id = id;
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage);
+        }
+        let mut changed = false;
+        for choice in chunk.choices {
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
+            }
+            let Some(delta) = choice.delta else { continue };
+            if let Some(t) = delta
+                .reasoning_content
+                .or(delta.reasoning)
+                .filter(|t| !t.is_empty())
+            {
+                self.thinking.push_str(&t);
+                changed = true;
+            }
+            if let Some(t) = delta.content.filter(|t| !t.is_empty()) {
+                self.text.push_str(&t);
+                changed = true;
+            }
+            for call in delta.tool_calls.unwrap_or_default() {
+                changed |= self.absorb_call(call);
+            }
+        }
+        Ok(changed)
+    }
+
+    fn absorb_call(&mut self, delta: ToolCallDelta) -> bool {
+        let id = delta.id.filter(|id| !id.is_empty());
+        let slot = match delta.index {
+            Some(index) => self.calls.iter().position(|c| c.index == Some(index)),
+            None => match &id {
+                Some(id) => self.calls.iter().position(|c| &c.id == id),
+                None => self.calls.len().checked_sub(1),
+            },
+        };
+        let slot = match slot {
+            Some(slot) => slot,
+            None => {
+                self.calls.push(CallState {
+                    index: delta.index,
+                    id: String::new(),
+                    id_generated: false,
+                    name: String::new(),
+                    arguments: String::new(),
+                    preview: Map::new(),
+                });
+                self.calls.len() - 1
+            }
+        };
+        let Some(call) = self.calls.get_mut(slot) else {
+            return false;
+        };
+        let mut changed = false;
+        if let Some(id) = id {
+            if call.id.is_empty() || call.id_generated {
+                call.id = id;
+                call.id_generated = false;
+            }
+        } else if call.id.is_empty() {
+            call.id = generated_call_id();
+            call.id_generated = true;
+        }
+        if let Some(function) = delta.function {
+            if let Some(name) = function.name.filter(|n| !n.is_empty()) {
+                // Some servers repeat the whole name in every chunk; OpenAI sends it once.
+                if call.name.is_empty() || name.starts_with(call.name.as_str()) {
+                    changed |= call.name != name;
+                    call.name = name;
+                } else if !call.name.ends_with(name.as_str()) {
+                    call.name.push_str(&name);
+                    changed = true;
+                }
+            }
+            if let Some(arguments) = function.arguments.filter(|a| !a.is_empty()) {
+                call.arguments.push_str(&arguments);
+                if let Some(preview) = parse_partial_object(&call.arguments) {
+                    call.preview = preview;
+                }
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Whether the server said the response is complete.
+    pub(super) fn finished(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
+    /// The response so far; `final_` parses tool arguments strictly and attaches usage.
+    pub(super) fn snapshot(&mut self, final_: bool, time: Duration) -> ChatResponse {
+        let mut content = Vec::with_capacity(2 + self.calls.len());
+        if !self.thinking.is_empty() {
+            content.push(ContentBlock::Thinking {
+                thinking: self.thinking.clone(),
+            });
+        }
+        if !self.text.is_empty() {
+            content.push(ContentBlock::Text {
+                text: self.text.clone(),
+            });
+        }
+        for call in &self.calls {
+            let block = if final_ {
+                finished_call(call.id.clone(), call.name.clone(), call.arguments.clone())
+            } else {
+                ToolUseBlock {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    input: Value::Object(call.preview.clone()),
+                    raw_input: Some(call.arguments.clone()),
+                }
+            };
+            content.push(ContentBlock::ToolUse(block));
+        }
+        ChatResponse {
+            id: self.id.clone(),
+            content,
+            usage: if final_ {
+                self.usage.take().map(|u| u.into_usage(time))
+            } else {
+                None
+            },
+            finish_reason: self.finish_reason.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn feed(acc: &mut Accumulator, chunk: Value) -> bool {
+        acc.absorb(Accumulator::parse(&chunk.to_string()).unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn tool_call_deltas_accumulate_by_index() {
+        let mut acc = Accumulator::default();
+        feed(
+            &mut acc,
+            json!({"id": "r1", "choices": [{"delta": {"role": "assistant", "content": ""}}]}),
+        );
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"tool_calls": [
+            {"index": 0, "id": "c0", "type": "function", "function": {"name": "add", "arguments": ""}}]}}]}),
+        );
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"tool_calls": [
+            {"index": 1, "id": "c1", "type": "function", "function": {"name": "mul", "arguments": "{\"x\""}}]}}]}),
+        );
+        assert!(feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": "{\"a\": 1, \"b\": \"tw"}}]}}]})
+        ));
+        let partial = acc.snapshot(false, Duration::ZERO);
+        let calls: Vec<_> = partial.tool_uses().collect();
+        assert_eq!(calls[0].input, json!({"a": 1, "b": "tw"}));
+        assert_eq!(calls[1].input, json!({}));
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": "o\"}"}}]}}]}),
+        );
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"tool_calls": [
+            {"index": 1, "function": {"arguments": ": 2}"}}]}}]}),
+        );
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        );
+        feed(
+            &mut acc,
+            json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}),
+        );
+        assert!(acc.finished());
+        let done = acc.snapshot(true, Duration::ZERO);
+        assert_eq!(done.id, "r1");
+        let calls: Vec<_> = done.tool_uses().collect();
+        assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("c0", "add"));
+        assert_eq!(calls[0].input, json!({"a": 1, "b": "two"}));
+        assert_eq!((calls[1].id.as_str(), calls[1].name.as_str()), ("c1", "mul"));
+        assert_eq!(calls[1].input, json!({"x": 2}));
+        assert_eq!(
+            done.usage.as_ref().map(|u| (u.input_tokens, u.output_tokens)),
+            Some((7, 3))
+        );
+        assert_eq!(done.finish_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn repeated_ids_and_names_are_not_concatenated() {
+        let mut acc = Accumulator::default();
+        for piece in ["{\"", "city", "\": \"", "Paris", "\"}"] {
+            feed(
+                &mut acc,
+                json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_x",
+                "type": "function", "function": {"name": "get_weather", "arguments": piece}}]}}]}),
+            );
+        }
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        );
+        let done = acc.snapshot(true, Duration::ZERO);
+        let calls: Vec<_> = done.tool_uses().collect();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "get_weather");
+        assert_eq!(calls[0].id, "call_x");
+        assert_eq!(calls[0].input, json!({"city": "Paris"}));
+    }
+
+    #[test]
+    fn invalid_final_arguments_give_null_input_and_keep_raw() {
+        let mut acc = Accumulator::default();
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0,
+            "function": {"name": "add", "arguments": "{a: 1}"}}]}, "finish_reason": "tool_calls"}]}),
+        );
+        let done = acc.snapshot(true, Duration::ZERO);
+        let call = done.tool_uses().next().unwrap();
+        assert_eq!(call.input, Value::Null);
+        assert_eq!(call.raw_input.as_deref(), Some("{a: 1}"));
+        assert!(
+            call.id.starts_with("call_"),
+            "a missing id is generated: {}",
+            call.id
+        );
+    }
+
+    #[test]
+    fn text_and_reasoning_accumulate() {
+        let mut acc = Accumulator::default();
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"reasoning_content": "think "}}]}),
+        );
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"reasoning_content": "more"}}]}),
+        );
+        feed(&mut acc, json!({"choices": [{"delta": {"content": "Hel"}}]}));
+        feed(
+            &mut acc,
+            json!({"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]}),
+        );
+        let done = acc.snapshot(true, Duration::ZERO);
+        assert_eq!(
+            done.content,
+            vec![ContentBlock::thinking("think more"), ContentBlock::text("Hello")]
+        );
+    }
+
+    #[test]
+    fn error_event_and_garbage_are_errors() {
+        let mut acc = Accumulator::default();
+        let err = acc
+            .absorb(Accumulator::parse(r#"{"error": {"message": "overloaded"}}"#).unwrap())
+            .unwrap_err();
+        assert!(matches!(err, ModelError::Api(m) if m == "overloaded"));
+        let err = Accumulator::parse("this is not json").err().unwrap();
+        assert!(err.to_string().contains("this is not json"), "{err}");
+    }
+
+    #[test]
+    fn whole_completion_decodes() {
+        let body = json!({"id": "x", "choices": [{"message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "add", "arguments": "{\"a\":1}"}},
+                           {"id": "d", "type": "function", "function": {"name": "obj", "arguments": {"k": true}}}]},
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
+        let r = decode_completion(body.to_string().as_bytes(), Duration::ZERO).unwrap();
+        let calls: Vec<_> = r.tool_uses().collect();
+        assert_eq!(calls[0].input, json!({"a": 1}));
+        assert_eq!(calls[1].input, json!({"k": true}));
+        assert_eq!(r.usage.unwrap().output_tokens, 4);
+        let err = decode_completion(b"<html>", Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("<html>"), "{err}");
+        let err = decode_completion(br#"{"error": {"message": "bad key"}}"#, Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("bad key"), "{err}");
+    }
+}

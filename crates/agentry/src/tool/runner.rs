@@ -1,0 +1,142 @@
+//! Driving one tool call on its own task.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::stream::{self, BoxStream, StreamExt};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::toolkit::RegisteredTool;
+use super::{ToolContext, ToolError, ToolResponse, ToolStream};
+use crate::message::{ContentBlock, ToolUseBlock};
+
+/// A final error chunk with the model-visible text `Error: {message}`.
+pub(super) fn failure(message: impl std::fmt::Display) -> ToolResponse {
+    ToolResponse::error(format!("Error: {message}"))
+}
+
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_owned())
+}
+
+/// Spawns the tool and returns its chunks. The stream ends with exactly one `is_last` chunk.
+pub(super) fn run_tool(
+    entry: Arc<RegisteredTool>,
+    call: &ToolUseBlock,
+    args: Map<String, Value>,
+    ctx: ToolContext,
+) -> BoxStream<'static, ToolResponse> {
+    let (tx, rx) = mpsc::channel::<ToolResponse>(8);
+    let call = call.clone();
+    let name = entry.name.clone();
+    tokio::spawn(drive(entry, call, args, ctx, tx));
+    stream::unfold((rx, false), move |(mut rx, finished)| {
+        let name = name.clone();
+        async move {
+            if finished {
+                return None;
+            }
+            match rx.recv().await {
+                Some(chunk) => {
+                    let last = chunk.is_last;
+                    Some((chunk, (rx, last)))
+                }
+                // The driver always sends a last chunk; this is reached only if its task died.
+                None => Some((
+                    failure(format!("the tool \"{name}\" stopped without a result.")),
+                    (rx, true),
+                )),
+            }
+        }
+    })
+    .boxed()
+}
+
+async fn drive(
+    entry: Arc<RegisteredTool>,
+    call: ToolUseBlock,
+    args: Map<String, Value>,
+    ctx: ToolContext,
+    tx: mpsc::Sender<ToolResponse>,
+) {
+    let tool = Arc::clone(&entry.tool);
+    let started = std::panic::catch_unwind(AssertUnwindSafe(move || tool.call(args, ctx)));
+    let mut stream: ToolStream = match started {
+        Ok(stream) => stream,
+        Err(payload) => {
+            let text = format!("the tool \"{}\" panicked: {}", entry.name, panic_text(&*payload));
+            let _ = tx.send(failure(text)).await;
+            return;
+        }
+    };
+    // The last non-final chunk, kept so an error or an early end can build on its content.
+    let mut previous: Option<ToolResponse> = None;
+    loop {
+        let next = AssertUnwindSafe(stream.next()).catch_unwind().await;
+        let chunk = match next {
+            Ok(Some(Ok(chunk))) => chunk,
+            Ok(Some(Err(error))) => {
+                let _ = tx.send(ended_with_error(previous, &error)).await;
+                return;
+            }
+            Ok(None) => {
+                let last = match previous {
+                    Some(chunk) => chunk.last(true),
+                    None => ToolResponse::new(Vec::new()),
+                };
+                let _ = tx.send(postprocess(&entry, &call, last)).await;
+                return;
+            }
+            Err(payload) => {
+                let error = ToolError::Failed(format!(
+                    "the tool \"{}\" panicked: {}",
+                    entry.name,
+                    panic_text(&*payload)
+                ));
+                let _ = tx.send(ended_with_error(previous, &error)).await;
+                return;
+            }
+        };
+        let chunk = postprocess(&entry, &call, chunk);
+        let is_last = chunk.is_last;
+        if !is_last {
+            previous = Some(chunk.clone());
+        }
+        if tx.send(chunk).await.is_err() || is_last {
+            return;
+        }
+    }
+}
+
+/// The final chunk after an error: what was streamed so far, then the error text.
+fn ended_with_error(previous: Option<ToolResponse>, error: &ToolError) -> ToolResponse {
+    let mut chunk = previous.unwrap_or_else(|| ToolResponse::new(Vec::new()));
+    chunk.content.push(ContentBlock::text(format!("Error: {error}")));
+    chunk.is_last = true;
+    chunk.is_error = true;
+    chunk
+}
+
+fn postprocess(entry: &RegisteredTool, call: &ToolUseBlock, chunk: ToolResponse) -> ToolResponse {
+    let Some(post) = &entry.postprocess else {
+        return chunk;
+    };
+    let is_last = chunk.is_last;
+    match std::panic::catch_unwind(AssertUnwindSafe(|| post(call, chunk))) {
+        // The postprocess function may edit content, not the stream's structure.
+        Ok(processed) => processed.last(is_last),
+        Err(payload) => failure(format!(
+            "the postprocess function of \"{}\" panicked: {}",
+            entry.name,
+            panic_text(&*payload)
+        ))
+        .last(is_last),
+    }
+}
