@@ -87,11 +87,12 @@ async fn drive(
                 return;
             }
             Ok(None) => {
+                // `previous` was postprocessed when it was first sent.
                 let last = match previous {
                     Some(chunk) => chunk.last(true),
-                    None => ToolResponse::new(Vec::new()),
+                    None => postprocess(&entry, &call, ToolResponse::new(Vec::new())),
                 };
-                let _ = tx.send(postprocess(&entry, &call, last)).await;
+                let _ = tx.send(last).await;
                 return;
             }
             Err(payload) => {
