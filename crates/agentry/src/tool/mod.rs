@@ -43,6 +43,8 @@ pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args
 pub use meta::META_TOOL_NAME;
 pub use response::ToolResponse;
 pub use schema::schema_for;
+/// Re-exported so callers can build a [`ToolContext`] without depending on tokio-util.
+pub use tokio_util::sync::CancellationToken;
 pub use toolkit::{
     BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, Toolkit, ToolkitError,
 };
