@@ -160,7 +160,11 @@ fn peak_rss_mb() -> f64 {
 fn server_completions(base_url: &str) -> Option<u64> {
     let hostport = base_url.strip_prefix("http://")?.split('/').next()?.to_owned();
     let mut socket = std::net::TcpStream::connect(&hostport).ok()?;
-    write!(socket, "GET /stats HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        socket,
+        "GET /stats HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     socket.read_to_string(&mut response).ok()?;
     let body = response.split("\r\n\r\n").nth(1)?;
@@ -183,7 +187,10 @@ fn python_json(v: &Value) -> String {
                 .collect();
             format!("{{{}}}", items.join(", "))
         }
-        Value::Array(items) => format!("[{}]", items.iter().map(python_json).collect::<Vec<_>>().join(", ")),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(python_json).collect::<Vec<_>>().join(", ")
+        ),
         other => other.to_string(),
     }
 }
@@ -191,7 +198,9 @@ fn python_json(v: &Value) -> String {
 async fn bench(args: Args) -> anyhow::Result<Value> {
     let expected = format!("done after {} steps", args.k);
     let t0 = Instant::now();
-    let agents = (0..args.c).map(|_| make_agent(&args)).collect::<anyhow::Result<Vec<_>>>()?;
+    let agents = (0..args.c)
+        .map(|_| make_agent(&args))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let setup_s = t0.elapsed().as_secs_f64();
 
     for _ in 0..args.warmup {
@@ -284,7 +293,9 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
     } else {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()?
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
     };
     let result = runtime.block_on(bench(args))?;
     eprintln!(

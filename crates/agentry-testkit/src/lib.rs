@@ -1,1 +1,263 @@
-//! Test support for agentry (being written).
+//! Test support for agentry: [`FakeLlm`], a fake OpenAI-compatible Chat Completions server.
+//!
+//! It speaks real HTTP and real SSE (each event its own HTTP chunk) on `127.0.0.1`, answers from
+//! a per-test script of [`Reply`]s, records every request, and **checks on every request** that
+//! the conversation is well formed: each assistant tool call is followed by exactly one tool
+//! result, in call order, and no result lacks its call. A violation is answered with HTTP 400, as
+//! a strict provider would, and recorded; dropping a `FakeLlm` with recorded violations panics, so
+//! a test cannot pass over one unnoticed.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use agentry_testkit::{Call, FakeLlm, Reply};
+//! let fake = FakeLlm::start().await;
+//! fake.push(Reply::tool_calls([Call::new("call_1", "add", r#"{"a": 1, "b": 2}"#)]));
+//! fake.push(Reply::text("3"));
+//! // point a client at fake.base_url() ...
+//! # assert_eq!(fake.remaining(), 2);
+//! # }
+//! ```
+
+// Test infrastructure: a broken fake server must fail the test that uses it, loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod invariants;
+mod reply;
+mod sse;
+
+pub use invariants::check_conversation;
+pub use reply::{Call, Gate, Reply};
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// One request the fake server received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Request path.
+    pub path: String,
+    /// Headers, names lower-cased (values that are not UTF-8 are dropped).
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The JSON body (`Value::Null` when it was not JSON).
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Inner {
+    queue: VecDeque<Reply>,
+    requests: Vec<RecordedRequest>,
+    violations: Vec<String>,
+    disconnects: usize,
+}
+
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    arrived: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn record_disconnect(&self) {
+        self.lock().disconnects += 1;
+    }
+}
+
+/// A fake OpenAI-compatible server, scripted per test.
+pub struct FakeLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl FakeLlm {
+    /// Binds `127.0.0.1:0` and serves on the current tokio runtime.
+    pub async fn start() -> FakeLlm {
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner::default()),
+            arrived: Notify::new(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/chat/completions", post(chat_completions))
+            .route("/v1/models", get(models))
+            .route("/models", get(models))
+            .with_state(Arc::clone(&shared));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeLlm { addr, shared, server }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Appends a reply to the script; each chat-completions request consumes one.
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().queue.push_back(reply);
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// How many requests arrived.
+    pub fn request_count(&self) -> usize {
+        self.shared.lock().requests.len()
+    }
+
+    /// Waits until at least `n` requests have arrived.
+    pub async fn wait_for_requests(&self, n: usize) {
+        loop {
+            let notified = self.shared.arrived.notified();
+            if self.request_count() >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Scripted replies not consumed yet.
+    pub fn remaining(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
+    /// Streams the client dropped before they were complete.
+    pub fn disconnects(&self) -> usize {
+        self.shared.lock().disconnects
+    }
+
+    /// The invariant violations recorded so far.
+    pub fn violations(&self) -> Vec<String> {
+        self.shared.lock().violations.clone()
+    }
+
+    /// Returns the violations recorded so far and forgets them (for tests that provoke them).
+    pub fn take_violations(&self) -> Vec<String> {
+        std::mem::take(&mut self.shared.lock().violations)
+    }
+
+    /// Panics listing the violations, if any.
+    pub fn assert_no_violations(&self) {
+        let violations = self.violations();
+        assert!(
+            violations.is_empty(),
+            "the fake LLM saw invalid requests:\n{}",
+            violations.join("\n")
+        );
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        self.server.abort();
+        let violations = std::mem::take(&mut self.shared.lock().violations);
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!("the fake LLM saw invalid requests:\n{}", violations.join("\n"));
+        }
+    }
+}
+
+async fn models() -> impl IntoResponse {
+    axum::Json(
+        json!({"object": "list", "data": [{"id": "fake-model", "object": "model", "owned_by": "agentry-testkit"}]}),
+    )
+}
+
+fn error_response(status: StatusCode, message: &str, kind: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": kind}});
+    (status, axum::Json(body)).into_response()
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+    let recorded = RecordedRequest {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        headers: headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+            .collect(),
+        body: parsed.clone().unwrap_or(Value::Null),
+    };
+    let (reply, number) = {
+        let mut inner = shared.lock();
+        inner.requests.push(recorded);
+        let number = inner.requests.len();
+        let problems = match &parsed {
+            Some(body) => check_conversation(body),
+            None => vec!["the body is not JSON".to_owned()],
+        };
+        if !problems.is_empty() {
+            let text = format!("request #{number}: {}", problems.join("; "));
+            inner.violations.push(text.clone());
+            drop(inner);
+            shared.arrived.notify_waiters();
+            return error_response(StatusCode::BAD_REQUEST, &text, "invalid_request_error");
+        }
+        (inner.queue.pop_front(), number)
+    };
+    shared.arrived.notify_waiters();
+    let Some(reply) = reply else {
+        let text = format!("request #{number}: no scripted reply left");
+        shared.lock().violations.push(text.clone());
+        return error_response(StatusCode::INTERNAL_SERVER_ERROR, &text, "fake_server_error");
+    };
+    let body = parsed.unwrap_or(Value::Null);
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("fake-model")
+        .to_owned();
+    if let Some(delay) = reply.delay {
+        tokio::time::sleep(delay).await;
+    }
+    reply::respond(reply, &shared, stream, include_usage, &model)
+}
+
+pub(crate) fn sse_response(body: Body) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -72,6 +72,43 @@ pub fn tool_call_counts(msgs: &[Msg]) -> BTreeMap<String, usize> {
     counts
 }
 
+/// Checks the pairing rule every model request relies on (spec Y1): each tool call of an
+/// assistant message is answered by exactly one result, in call order, in the messages right
+/// after it, and no result lacks its call. Returns a description of the first violation.
+///
+/// ```
+/// use agentry::memory::check_tool_pairs;
+/// use agentry::message::Msg;
+/// assert!(check_tool_pairs(&[Msg::user("hi"), Msg::assistant("bot", "hello")]).is_ok());
+/// ```
+pub fn check_tool_pairs(msgs: &[Msg]) -> Result<(), String> {
+    let mut i = 0;
+    while i < msgs.len() {
+        let msg = &msgs[i];
+        if let Some(result) = msg.tool_results().next() {
+            return Err(format!(
+                "message {i} holds the result of call {:?}, which no preceding assistant message is waiting for",
+                result.id
+            ));
+        }
+        i += 1;
+        let calls: Vec<&str> = msg.tool_uses().map(|c| c.id.as_str()).collect();
+        for (n, id) in calls.iter().enumerate() {
+            let Some(next) = msgs.get(i) else {
+                return Err(format!("call {id:?} (message {}) has no result", i - n - 1));
+            };
+            let results: Vec<&str> = next.tool_results().map(|r| r.id.as_str()).collect();
+            if results != [*id] {
+                return Err(format!(
+                    "message {i} should hold exactly the result of call {id:?}, but holds results {results:?}"
+                ));
+            }
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
 /// Memory in a `Vec`, for one process's lifetime.
 #[derive(Debug, Default)]
 pub struct InMemoryMemory {
@@ -164,6 +201,50 @@ mod tests {
         assert_eq!(memory.size().await.unwrap(), 2, "a deleted id can be added again");
         memory.clear().await.unwrap();
         assert_eq!(memory.size().await.unwrap(), 0);
+    }
+
+    #[test]
+    fn pairing_violations_are_described() {
+        let call_msg = |ids: &[&str]| {
+            Msg::new(
+                "bot",
+                Role::Assistant,
+                ids.iter()
+                    .map(|id| {
+                        ContentBlock::ToolUse(ToolUseBlock {
+                            id: (*id).into(),
+                            name: "t".into(),
+                            input: json!({}),
+                            raw_input: None,
+                        })
+                    })
+                    .collect(),
+            )
+        };
+        let result = |id: &str| {
+            Msg::tool_result(crate::message::ToolResultBlock {
+                id: id.into(),
+                name: "t".into(),
+                output: vec![],
+                is_error: false,
+            })
+        };
+        let ok = [
+            Msg::user("q"),
+            call_msg(&["a", "b"]),
+            result("a"),
+            result("b"),
+            Msg::assistant("bot", "x"),
+        ];
+        assert_eq!(check_tool_pairs(&ok), Ok(()));
+        let missing = [call_msg(&["a", "b"]), result("a")];
+        assert!(check_tool_pairs(&missing).unwrap_err().contains("\"b\""));
+        let swapped = [call_msg(&["a", "b"]), result("b"), result("a")];
+        assert!(check_tool_pairs(&swapped).is_err());
+        let orphan = [Msg::user("q"), result("z")];
+        assert!(check_tool_pairs(&orphan).unwrap_err().contains("\"z\""));
+        let late = [call_msg(&["a"]), Msg::user("interjection"), result("a")];
+        assert!(check_tool_pairs(&late).is_err());
     }
 
     #[tokio::test]

@@ -1,0 +1,90 @@
+//! Shared helpers of the end-to-end tests: an agent wired to the fake OpenAI-compatible server.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use agentry::agent::{AgentEvent, ReActAgent, ReActAgentBuilder};
+use agentry::memory::check_tool_pairs;
+use agentry::message::Msg;
+use agentry::model::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
+use agentry::tool::Toolkit;
+use agentry_testkit::FakeLlm;
+use serde_json::Value;
+
+/// Fast retries so retry tests take milliseconds.
+pub fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 4,
+        initial_backoff: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+    }
+}
+
+pub fn model(fake: &FakeLlm, stream: bool) -> OpenAiChatModel {
+    OpenAiChatModel::new(
+        OpenAiConfig::new("fake-model")
+            .base_url(fake.base_url())
+            .stream(stream)
+            .retry(fast_retry()),
+    )
+    .unwrap()
+}
+
+pub fn builder(fake: &FakeLlm, stream: bool, toolkit: Toolkit) -> ReActAgentBuilder {
+    ReActAgent::builder()
+        .name("Friday")
+        .sys_prompt("You are a test agent.")
+        .model(model(fake, stream))
+        .toolkit(toolkit)
+}
+
+pub fn agent(fake: &FakeLlm, stream: bool, toolkit: Toolkit) -> ReActAgent {
+    builder(fake, stream, toolkit).build().unwrap()
+}
+
+/// The memory, after checking every call has exactly one result, in call order.
+pub async fn consistent_memory(agent: &ReActAgent) -> Vec<Msg> {
+    let msgs = agent.memory().messages().await.unwrap();
+    if let Err(e) = check_tool_pairs(&msgs) {
+        panic!("memory is inconsistent: {e}\n{msgs:#?}");
+    }
+    msgs
+}
+
+/// The wire messages of request `n` (0-based).
+pub fn wire_messages(fake: &FakeLlm, n: usize) -> Vec<Value> {
+    let requests = fake.requests();
+    requests[n].body["messages"].as_array().cloned().unwrap()
+}
+
+/// The content of the `role: tool` message answering `call_id` in request `n`.
+pub fn tool_message(fake: &FakeLlm, n: usize, call_id: &str) -> String {
+    wire_messages(fake, n)
+        .into_iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("request {n} has no result for {call_id}"))
+}
+
+/// Every event waiting on the stream.
+pub fn drain(events: &mut agentry::agent::EventStream) -> Vec<AgentEvent> {
+    std::iter::from_fn(|| events.try_recv()).collect()
+}
+
+/// Checks the printed stream: for every message id, the `last == true` event comes exactly
+/// once and is the final event of that id.
+pub fn assert_one_last_per_message(events: &[AgentEvent]) {
+    use std::collections::HashMap;
+    let mut state: HashMap<String, (usize, bool)> = HashMap::new();
+    for event in events {
+        if let AgentEvent::Message { msg, last } = event {
+            let entry = state.entry(msg.id.clone()).or_insert((0, false));
+            assert!(!entry.1, "message {} printed after its last chunk", msg.id);
+            entry.0 += 1;
+            entry.1 = *last;
+        }
+    }
+    for (id, (_, ended)) in state {
+        assert!(ended, "message {id} never got its last chunk");
+    }
+}

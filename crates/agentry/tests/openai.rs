@@ -1,0 +1,273 @@
+//! The OpenAI-compatible provider on the wire: request shape, SSE accumulation, quirks of other
+//! servers, retries and errors.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::message::{ContentBlock, Msg};
+use agentry::model::{
+    ChatModel, ChatRequest, ChatResponse, ModelError, OpenAiChatModel, OpenAiConfig, RetryPolicy, ToolChoice,
+    ToolSchema,
+};
+use agentry_testkit::{Call, FakeLlm, Reply};
+use common::fast_retry;
+use futures::StreamExt;
+use serde_json::json;
+
+fn config(fake: &FakeLlm, stream: bool) -> OpenAiConfig {
+    OpenAiConfig::new("m")
+        .base_url(fake.base_url())
+        .stream(stream)
+        .retry(fast_retry())
+}
+
+async fn collect(model: &OpenAiChatModel, request: ChatRequest) -> Result<Vec<ChatResponse>, ModelError> {
+    let mut out = Vec::new();
+    let mut stream = model.chat(request);
+    while let Some(item) = stream.next().await {
+        out.push(item?);
+    }
+    Ok(out)
+}
+
+fn add_schema() -> Arc<[ToolSchema]> {
+    Arc::from(vec![ToolSchema {
+        name: "add".into(),
+        description: "Add.".into(),
+        parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+    }])
+}
+
+#[tokio::test]
+async fn streamed_tool_calls_accumulate_even_when_ids_and_names_repeat() {
+    let fake = FakeLlm::start().await;
+    fake.push(
+        Reply::tool_calls([
+            Call::new("call_a", "add", r#"{"a": 1, "b": 22}"#),
+            Call::new("call_b", "add", r#"{"a": 333}"#),
+        ])
+        .repeat_ids()
+        .chunks(5),
+    );
+    let model = OpenAiChatModel::new(config(&fake, true)).unwrap();
+    let responses = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap();
+    assert!(
+        responses.len() > 3,
+        "cumulative items as the stream goes: {}",
+        responses.len()
+    );
+    let last = responses.last().unwrap();
+    let calls: Vec<_> = last.tool_uses().collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("call_a", "add"));
+    assert_eq!(calls[0].input, json!({"a": 1, "b": 22}));
+    assert_eq!(calls[1].input, json!({"a": 333}));
+    assert_eq!(last.finish_reason.as_deref(), Some("tool_calls"));
+    assert!(last.usage.is_some());
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn reasoning_becomes_thinking_and_text_is_cumulative() {
+    for stream in [false, true] {
+        let fake = FakeLlm::start().await;
+        fake.push(Reply::text("The answer.").with_reasoning("First, think."));
+        let model = OpenAiChatModel::new(config(&fake, stream)).unwrap();
+        let responses = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+            .await
+            .unwrap();
+        assert_eq!(
+            responses.last().unwrap().content,
+            vec![
+                ContentBlock::thinking("First, think."),
+                ContentBlock::text("The answer.")
+            ]
+        );
+        if stream {
+            assert!(responses.len() > 2);
+        } else {
+            assert_eq!(responses.len(), 1, "a non-streaming call yields one item");
+        }
+    }
+}
+
+#[tokio::test]
+async fn request_carries_key_headers_extras_and_tool_choice() {
+    let fake = FakeLlm::start().await;
+    let model = OpenAiChatModel::new(
+        config(&fake, false)
+            .api_key("sk-test")
+            .header("x-team", "blue")
+            .extra("temperature", json!(0.2)),
+    )
+    .unwrap();
+    for choice in [
+        ToolChoice::Auto,
+        ToolChoice::None,
+        ToolChoice::Required,
+        ToolChoice::Named("add".into()),
+    ] {
+        fake.push(Reply::text("ok"));
+        let request = ChatRequest {
+            messages: vec![Msg::user("x")],
+            tools: add_schema(),
+            tool_choice: Some(choice),
+        };
+        collect(&model, request).await.unwrap();
+    }
+    let requests = fake.requests();
+    assert_eq!(requests[0].headers["authorization"], "Bearer sk-test");
+    assert_eq!(requests[0].headers["x-team"], "blue");
+    assert_eq!(requests[0].body["temperature"], 0.2);
+    let choices: Vec<_> = requests.iter().map(|r| r.body["tool_choice"].clone()).collect();
+    assert_eq!(
+        choices,
+        [
+            json!("auto"),
+            json!("none"),
+            json!("required"),
+            json!({"type": "function", "function": {"name": "add"}})
+        ]
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn client_errors_are_not_retried_and_say_what_the_server_said() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::status(401).body(r#"{"error": {"message": "bad key"}}"#));
+    let model = OpenAiChatModel::new(config(&fake, true)).unwrap();
+    let err = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap_err();
+    match &err {
+        ModelError::Status {
+            status,
+            attempts,
+            body,
+            ..
+        } => {
+            assert_eq!((*status, *attempts), (401, 1));
+            assert!(body.contains("bad key"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fake.request_count(), 1);
+}
+
+#[tokio::test]
+async fn throttling_is_retried_and_bounded_retries_end_in_an_error() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::status(503).header("retry-after-ms", "20"));
+    fake.push(Reply::status(429).header("retry-after", "0"));
+    fake.push(Reply::text("ok"));
+    let model = OpenAiChatModel::new(config(&fake, false)).unwrap();
+    collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.request_count(),
+        3,
+        "503 and 429 with retry headers are retried"
+    );
+
+    let fake = FakeLlm::start().await;
+    for _ in 0..3 {
+        fake.push(Reply::status(502));
+    }
+    let policy = RetryPolicy {
+        max_retries: 2,
+        ..fast_retry()
+    };
+    let model = OpenAiChatModel::new(config(&fake, false).retry(policy)).unwrap();
+    let err = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ModelError::Status {
+                status: 502,
+                attempts: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_server_is_a_connect_error() {
+    // Bind then drop a listener: nothing listens on that port any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let policy = RetryPolicy {
+        max_retries: 1,
+        ..fast_retry()
+    };
+    let model = OpenAiChatModel::new(
+        OpenAiConfig::new("m")
+            .base_url(format!("http://127.0.0.1:{port}/v1"))
+            .retry(policy),
+    )
+    .unwrap();
+    let err = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap_err();
+    match &err {
+        ModelError::Connect { attempts, url, .. } => {
+            assert_eq!(*attempts, 2);
+            assert!(url.contains(&port.to_string()));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("cannot reach the model server"), "{err}");
+}
+
+#[tokio::test]
+async fn slow_server_times_out() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("late").delay(Duration::from_secs(5)));
+    let model = OpenAiChatModel::new(
+        config(&fake, false)
+            .retry(RetryPolicy::none())
+            .request_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let err = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ModelError::Timeout { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn error_event_inside_the_stream_is_an_api_error() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::raw_sse([
+        "data: {\"error\": {\"message\": \"model overloaded\"}}\n\n",
+    ]));
+    let model = OpenAiChatModel::new(config(&fake, true)).unwrap();
+    let err = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Api(m) if m == "model overloaded"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn misconfiguration_is_reported_before_any_request() {
+    let err = OpenAiChatModel::new(OpenAiConfig::new("")).unwrap_err();
+    assert!(matches!(err, ModelError::Config(_)));
+    let err = OpenAiChatModel::new(OpenAiConfig::new("m").base_url("localhost:8080")).unwrap_err();
+    assert!(err.to_string().contains("http"), "{err}");
+}
