@@ -1,0 +1,55 @@
+//! `agentry`: run a tool-using agent from the terminal.
+
+mod builtin;
+mod config;
+mod render;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentry",
+    version,
+    about = "Run a tool-using LLM agent from the terminal."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Answer one prompt, using tools, and stream the answer.
+    Run(run::RunArgs),
+}
+
+fn init_tracing() {
+    // `AGENTRY_LOG=agentry=debug` for details; warnings (such as retries) are shown by default.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTRY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+        }
+    })
+}

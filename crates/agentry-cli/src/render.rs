@@ -1,0 +1,295 @@
+//! Showing a reply in the terminal: the answer streams to stdout, one line per tool call and
+//! the model's thinking go to stderr.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::time::Duration;
+
+use agentry::agent::{AgentEvent, StopReason, ToolCallState};
+use agentry::message::{ContentBlock, Msg, Role};
+
+/// Terminal styling, off when the stream is not a terminal or `NO_COLOR` is set.
+#[derive(Clone, Copy)]
+pub struct Style {
+    color: bool,
+}
+
+impl Style {
+    pub fn detect(stream_is_terminal: bool) -> Self {
+        Style {
+            color: stream_is_terminal && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    pub fn dim(self, text: &str) -> String {
+        self.paint("2", text)
+    }
+
+    pub fn red(self, text: &str) -> String {
+        self.paint("31", text)
+    }
+
+    pub fn cyan(self, text: &str) -> String {
+        self.paint("36", text)
+    }
+}
+
+/// Turns events into terminal output.
+pub struct Renderer<O: Write, E: Write> {
+    out: O,
+    err: E,
+    style: Style,
+    /// Bytes of text (and of thinking) already shown, per message id.
+    shown_text: HashMap<String, usize>,
+    shown_thinking: HashMap<String, usize>,
+    /// Whether stdout is in the middle of a line.
+    open_line: bool,
+    /// Tool calls that started: call id → (name, arguments).
+    calls: HashMap<String, (String, String)>,
+    /// Final results: call id → (summary, is_error).
+    results: HashMap<String, (String, bool)>,
+}
+
+const SUMMARY_CHARS: usize = 120;
+
+impl<O: Write, E: Write> Renderer<O, E> {
+    pub fn new(out: O, err: E, style: Style) -> Self {
+        Renderer {
+            out,
+            err,
+            style,
+            shown_text: HashMap::new(),
+            shown_thinking: HashMap::new(),
+            open_line: false,
+            calls: HashMap::new(),
+            results: HashMap::new(),
+        }
+    }
+
+    pub fn event(&mut self, event: &AgentEvent) -> io::Result<()> {
+        match event {
+            AgentEvent::Message { msg, last } => self.message(msg, *last),
+            AgentEvent::ToolStarted {
+                call_id, name, input, ..
+            } => {
+                self.calls.insert(
+                    call_id.clone(),
+                    (name.clone(), one_line(&input.to_string(), SUMMARY_CHARS)),
+                );
+                Ok(())
+            }
+            AgentEvent::ToolFinished {
+                call_id,
+                name,
+                state,
+                duration,
+                ..
+            } => self.tool_line(call_id, name, *state, *duration),
+            AgentEvent::ReplyFinished { stop_reason, .. } => {
+                self.end_line()?;
+                if *stop_reason == StopReason::MaxIters {
+                    writeln!(
+                        self.err,
+                        "{}",
+                        self.style
+                            .dim("(the step limit was reached; the answer above is the model's summary)")
+                    )?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn message(&mut self, msg: &Msg, last: bool) -> io::Result<()> {
+        match msg.role {
+            Role::Assistant => {
+                let thinking: String = msg
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Thinking { thinking } => Some(thinking.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let shown = self.shown_thinking.entry(msg.id.clone()).or_insert(0);
+                if let Some(new) = thinking.get(*shown..).filter(|s| !s.is_empty()) {
+                    write!(self.err, "{}", self.style.dim(new))?;
+                    *shown = thinking.len();
+                    self.err.flush()?;
+                }
+                let text = msg.text().unwrap_or_default();
+                let shown = self.shown_text.entry(msg.id.clone()).or_insert(0);
+                let new = match text.get(*shown..) {
+                    Some(new) => new.to_owned(),
+                    // A hook rewrote what was already shown: start a fresh line.
+                    None => format!("\n{text}"),
+                };
+                if !new.is_empty() {
+                    write!(self.out, "{new}")?;
+                    *shown = text.len();
+                    self.open_line = !text.ends_with('\n');
+                    self.out.flush()?;
+                }
+                if last {
+                    self.end_line()?;
+                }
+                Ok(())
+            }
+            _ => {
+                if last {
+                    for result in msg.tool_results() {
+                        let summary = one_line(&result.text(), SUMMARY_CHARS);
+                        self.results.insert(result.id.clone(), (summary, result.is_error));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn tool_line(
+        &mut self,
+        call_id: &str,
+        name: &str,
+        state: ToolCallState,
+        duration: Duration,
+    ) -> io::Result<()> {
+        self.end_line()?;
+        let args = self
+            .calls
+            .remove(call_id)
+            .map(|(_, args)| args)
+            .unwrap_or_default();
+        let (summary, is_error) = self.results.remove(call_id).unwrap_or_default();
+        let failed = is_error || state != ToolCallState::Completed;
+        let arrow = if failed {
+            self.style.red("✗")
+        } else {
+            "→".to_owned()
+        };
+        writeln!(
+            self.err,
+            "{} {}{} {arrow} {} {}",
+            self.style.cyan("⚙"),
+            name,
+            self.style.dim(&format!("({args})")),
+            if failed { self.style.red(&summary) } else { summary },
+            self.style.dim(&format!("[{}]", format_duration(duration))),
+        )?;
+        self.err.flush()
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
+        if self.open_line {
+            writeln!(self.out)?;
+            self.out.flush()?;
+            self.open_line = false;
+        }
+        Ok(())
+    }
+}
+
+/// The text on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+fn format_duration(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{} µs", d.as_micros())
+    } else if d < Duration::from_secs(1) {
+        format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry::message::{ToolResultBlock, ToolUseBlock};
+    use serde_json::json;
+
+    fn render(events: &[AgentEvent]) -> (String, String) {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        {
+            let mut r = Renderer::new(&mut out, &mut err, Style { color: false });
+            for e in events {
+                r.event(e).unwrap();
+            }
+        }
+        (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+    }
+
+    #[test]
+    fn streamed_text_is_printed_once_and_tool_calls_get_a_line() {
+        let mut m = Msg::assistant("bot", "Hel");
+        let first = AgentEvent::Message {
+            msg: m.clone(),
+            last: false,
+        };
+        m.content = vec![
+            ContentBlock::text("Hello"),
+            ContentBlock::ToolUse(ToolUseBlock {
+                id: "c1".into(),
+                name: "add".into(),
+                input: json!({"a": 1}),
+                raw_input: None,
+            }),
+        ];
+        let second = AgentEvent::Message {
+            msg: m.clone(),
+            last: true,
+        };
+        let result = Msg::tool_result(ToolResultBlock {
+            id: "c1".into(),
+            name: "add".into(),
+            output: vec![ContentBlock::text("2\nmore")],
+            is_error: false,
+        });
+        let events = vec![
+            first,
+            second,
+            AgentEvent::ToolStarted {
+                reply_id: "r".into(),
+                call_id: "c1".into(),
+                name: "add".into(),
+                input: json!({"a": 1}),
+            },
+            AgentEvent::Message {
+                msg: result,
+                last: true,
+            },
+            AgentEvent::ToolFinished {
+                reply_id: "r".into(),
+                call_id: "c1".into(),
+                name: "add".into(),
+                state: ToolCallState::Completed,
+                duration: Duration::from_micros(1500),
+            },
+        ];
+        let (out, err) = render(&events);
+        assert_eq!(out, "Hello\n");
+        assert_eq!(err, "⚙ add({\"a\":1}) → 2 more [1.5 ms]\n");
+    }
+
+    #[test]
+    fn long_text_is_cut() {
+        assert_eq!(one_line("a  b\nc", 10), "a b c");
+        assert_eq!(one_line("abcdef", 3), "abc…");
+    }
+}

@@ -1,0 +1,122 @@
+//! `agentry run "<prompt>"`: one reply, streamed to the terminal.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agentry::agent::{AgentError, ReActAgent};
+use agentry::message::Msg;
+use agentry::model::{ModelError, OpenAiChatModel};
+use agentry::tool::Toolkit;
+use anyhow::Context;
+use clap::Args;
+use futures::StreamExt;
+
+use crate::builtin::register_builtin_tools;
+use crate::config::{ModelArgs, load_config_file, model_config};
+use crate::render::{Renderer, Style};
+
+/// Exit code for a configuration problem (the same as clap's usage errors).
+const EXIT_CONFIG: u8 = 2;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// What to ask the agent
+    pub prompt: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Reasoning/acting rounds before the agent must summarise
+    #[arg(long, value_name = "N")]
+    pub max_iters: Option<usize>,
+    /// Run the tool calls of one model answer concurrently
+    #[arg(long)]
+    pub parallel: bool,
+    /// Directory the file tools may read (nothing outside it)
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub workdir: PathBuf,
+    /// Replace the default system prompt
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+}
+
+fn default_system_prompt(workdir: &std::path::Path) -> String {
+    format!(
+        "You are Agentry, a helpful assistant in a terminal. You can tell the time, do exact arithmetic, and \
+         list and read files in the working directory {}. Use a tool whenever it gives a more reliable answer \
+         than guessing. Answer concisely.",
+        workdir.display()
+    )
+}
+
+fn build_agent(args: &RunArgs) -> anyhow::Result<ReActAgent> {
+    let file = load_config_file(args.model.config.as_deref())?;
+    let model = OpenAiChatModel::new(model_config(&args.model, &file))?;
+    let workdir = args
+        .workdir
+        .canonicalize()
+        .with_context(|| format!("the working directory {} is not usable", args.workdir.display()))?;
+    anyhow::ensure!(
+        workdir.is_dir(),
+        "the working directory {} is not a directory",
+        workdir.display()
+    );
+    let toolkit = Toolkit::new();
+    register_builtin_tools(&toolkit, &workdir)?;
+    let system = args
+        .system
+        .clone()
+        .or(file.system_prompt)
+        .unwrap_or_else(|| default_system_prompt(&workdir));
+    Ok(ReActAgent::builder()
+        .name("agentry")
+        .sys_prompt(system)
+        .model(model)
+        .toolkit(toolkit)
+        .max_iters(args.max_iters.or(file.max_iters).unwrap_or(10))
+        .parallel_tool_calls(args.parallel)
+        .build()?)
+}
+
+pub async fn run(args: RunArgs) -> ExitCode {
+    let agent = match build_agent(&args) {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<ModelError>().is_some() {
+                eprintln!("{}", SETUP_HINT);
+            }
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let mut renderer = Renderer::new(
+        std::io::stdout(),
+        std::io::stderr(),
+        Style::detect(std::io::stderr().is_terminal()),
+    );
+    let mut reply = agent.start_reply(Msg::user(args.prompt));
+    while let Some(event) = reply.next().await {
+        if let Err(e) = renderer.event(&event) {
+            // A closed stdout (e.g. `| head`) is not worth a panic or a message.
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: cannot write to the terminal: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    match reply.finish().await {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            if let AgentError::Model(ModelError::Connect { .. } | ModelError::Timeout { .. }) = e {
+                eprintln!("{}", SETUP_HINT);
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const SETUP_HINT: &str = "hint: agentry talks to any OpenAI-compatible chat-completions API. Point it at one with \
+     --base-url/OPENAI_BASE_URL (e.g. http://127.0.0.1:8080/v1 for llama.cpp's llama-server, \
+     http://127.0.0.1:11434/v1 for Ollama), name the model with --model/AGENTRY_MODEL, and set OPENAI_API_KEY if \
+     the server needs one.";

@@ -1,0 +1,206 @@
+//! `agentry run` end to end: the built binary against the fake OpenAI-compatible server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::{Command, Output};
+
+use agentry_testkit::{Call, FakeLlm, Reply};
+
+/// Runs the binary with a clean environment (no user config, no real API settings).
+async fn agentry(args: Vec<String>, home: &std::path::Path) -> Output {
+    let home = home.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(args)
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_MODEL")
+            .env_remove("AGENTRY_MODEL")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("HOME", home)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run_args(fake_url: &str, workdir: &std::path::Path, extra: &[&str], prompt: &str) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--base-url".into(),
+        fake_url.into(),
+        "--model".into(),
+        "test-model".into(),
+        "--workdir".into(),
+        workdir.display().to_string(),
+        "--max-retries".into(),
+        "0".into(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args.push(prompt.into());
+    args
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_streams_the_answer_and_one_line_per_tool_call() {
+    for extra in [&[][..], &["--no-stream", "--parallel"][..]] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "buy milk\n").unwrap();
+        let fake = FakeLlm::start().await;
+        fake.push(
+            Reply::tool_calls([
+                Call::new("c1", "calculate", r#"{"expression": "6*7"}"#),
+                Call::new("c2", "read_file", r#"{"path": "notes.txt"}"#),
+                Call::new("c3", "read_file", r#"{"path": "../secret"}"#),
+            ])
+            .with_text("Checking."),
+        );
+        fake.push(Reply::text("6*7 is 42 and the note says: buy milk."));
+        let out = agentry(
+            run_args(&fake.base_url(), dir.path(), extra, "What is 6*7? Read my notes."),
+            dir.path(),
+        )
+        .await;
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{extra:?}: exit {:?}\n{stderr}", out.status);
+        assert_eq!(
+            stdout, "Checking.\n6*7 is 42 and the note says: buy milk.\n",
+            "{extra:?}"
+        );
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with('⚙')).collect();
+        assert_eq!(lines.len(), 3, "{stderr}");
+        assert!(
+            lines[0].starts_with("⚙ calculate({\"expression\":\"6*7\"}) → 42 ["),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("read_file") && l.contains("→ buy milk")),
+            "{stderr}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("✗") && l.contains("outside the working directory")),
+            "{stderr}"
+        );
+        let request = &fake.requests()[1].body;
+        let tool_names: Vec<&str> = request["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            tool_names,
+            ["current_time", "calculate", "list_files", "read_file"]
+        );
+        assert_eq!(request["stream"], extra.is_empty());
+        fake.assert_no_violations();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_exits_1_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let out = agentry(run_args(&url, dir.path(), &[], "hello"), dir.path()).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reach the model server at"), "{stderr}");
+    assert!(stderr.contains(&port.to_string()), "{stderr}");
+    assert!(stderr.contains("hint:"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_exit_1_with_the_status_and_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::status(404).body(r#"{"error": {"message": "model 'test-model' not found"}}"#));
+    let out = agentry(run_args(&fake.base_url(), dir.path(), &[], "hello"), dir.path()).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("HTTP 404") && stderr.contains("model 'test-model' not found"),
+        "{stderr}"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misconfiguration_exits_2_and_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = agentry(vec!["run".into(), "hello".into()], dir.path()).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no model name"), "{stderr}");
+
+    let args = vec![
+        "run".into(),
+        "--model".into(),
+        "m".into(),
+        "--base-url".into(),
+        "127.0.0.1:9".into(),
+        "x".into(),
+    ];
+    let out = agentry(args, dir.path()).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("http"), "{}", text(&out.stderr));
+
+    let config = dir.path().join("bad.json");
+    std::fs::write(&config, r#"{"modle": "x"}"#).unwrap();
+    let args = vec![
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "x".into(),
+    ];
+    let out = agentry(args, dir.path()).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("invalid config file"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_supplies_the_model_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("configured"));
+    let config_dir = dir.path().join(".config/agentry");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let config = serde_json::json!({"base_url": fake.base_url(), "model": "from-file", "stream": false,
+                                    "extra_body": {"temperature": 0}});
+    std::fs::write(config_dir.join("config.json"), config.to_string()).unwrap();
+    let args = vec![
+        "run".into(),
+        "--workdir".into(),
+        dir.path().display().to_string(),
+        "hi".into(),
+    ];
+    let out = agentry(args, dir.path()).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "configured\n");
+    let body = &fake.requests()[0].body;
+    assert_eq!(
+        (body["model"].as_str(), body["stream"].as_bool()),
+        (Some("from-file"), Some(false))
+    );
+    assert_eq!(body["temperature"], 0);
+    fake.assert_no_violations();
+}
