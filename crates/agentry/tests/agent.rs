@@ -788,3 +788,55 @@ async fn memory_helpers_list_and_count_tool_calls() {
     assert_eq!((counts["add"], counts["mul"]), (2, 1));
     fake.assert_no_violations();
 }
+
+/// Shouts what is shown; counts what was shown.
+#[derive(Default)]
+struct Shout {
+    printed: AtomicUsize,
+}
+
+struct ShoutHook(Arc<Shout>);
+
+#[async_trait]
+impl AgentHook for ShoutHook {
+    async fn pre_print(&self, _: &HookContext, msg: &mut Msg, _last: bool) {
+        for block in msg.content.iter_mut() {
+            if let ContentBlock::Text { text } = block {
+                *text = text.to_uppercase();
+            }
+        }
+    }
+    async fn post_print(&self, _: &HookContext, _: &Msg, last: bool) {
+        if last {
+            self.0.printed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test]
+async fn print_hooks_change_what_is_shown_not_what_is_stored() {
+    let shout = Arc::new(Shout::default());
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("quiet words"));
+    let agent = builder(&fake, true, toolkit())
+        .hook("shout", ShoutHook(Arc::clone(&shout)))
+        .build()
+        .unwrap();
+    let mut events = agent.subscribe();
+    let reply = agent.reply(Msg::user("hi")).await.unwrap();
+    assert_eq!(reply.text().as_deref(), Some("quiet words"));
+    let shown: Vec<String> = drain(&mut events)
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::Message { msg, last: true } => msg.text(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(shown, ["QUIET WORDS"]);
+    assert_eq!(shout.printed.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        consistent_memory(&agent).await[1].text().as_deref(),
+        Some("quiet words")
+    );
+    fake.assert_no_violations();
+}

@@ -59,7 +59,7 @@ impl ReplyCx<'_> {
         for (_, hook) in self.hooks.iter() {
             hook.pre_acting(&self.hook_cx, &mut call).await;
         }
-        self.emit(AgentEvent::ToolStarted {
+        self.emit_with(|| AgentEvent::ToolStarted {
             reply_id: self.hook_cx.reply_id.clone(),
             call_id: call_id.clone(),
             name: called_name.clone(),
@@ -95,6 +95,13 @@ impl ReplyCx<'_> {
             }
         };
 
+        tracing::debug!(
+            call_id = %call_id,
+            tool = %called_name,
+            is_error = response.is_error,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "tool call finished"
+        );
         let state = if response.is_error {
             ToolCallState::Failed
         } else {
@@ -114,7 +121,7 @@ impl ReplyCx<'_> {
         msg.content = vec![ContentBlock::ToolResult(result)];
         msg.metadata = response.metadata;
         self.print(&msg, true).await;
-        self.emit(AgentEvent::ToolFinished {
+        self.emit_with(|| AgentEvent::ToolFinished {
             reply_id: self.hook_cx.reply_id.clone(),
             call_id,
             name: called_name,

@@ -5,6 +5,7 @@ use std::sync::{Arc, RwLock};
 use super::events::EventHub;
 use super::{AgentError, AgentHook, AgentInner, ReActAgent};
 use crate::memory::{InMemoryMemory, Memory};
+use crate::message::Msg;
 use crate::model::ChatModel;
 use crate::tool::Toolkit;
 
@@ -108,7 +109,7 @@ impl ReActAgentBuilder {
         Ok(ReActAgent {
             inner: Arc::new(AgentInner {
                 name: self.name.unwrap_or_else(|| "assistant".to_owned()),
-                sys_prompt: self.sys_prompt.unwrap_or_default(),
+                sys_prompt: self.sys_prompt.filter(|p| !p.is_empty()).map(Msg::system),
                 model,
                 toolkit,
                 memory: self.memory.unwrap_or_else(|| Arc::new(InMemoryMemory::new())),

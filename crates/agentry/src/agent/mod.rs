@@ -93,7 +93,8 @@ type HookList = Arc<[(String, Arc<dyn AgentHook>)]>;
 
 pub(crate) struct AgentInner {
     pub(crate) name: String,
-    pub(crate) sys_prompt: String,
+    /// The system prompt as the first message of every prompt (`None` when empty).
+    pub(crate) sys_prompt: Option<Msg>,
     pub(crate) model: Arc<dyn ChatModel>,
     pub(crate) toolkit: Toolkit,
     pub(crate) memory: Arc<dyn Memory>,

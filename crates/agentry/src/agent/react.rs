@@ -65,7 +65,7 @@ impl<'a> ReplyCx<'a> {
             Ok((_, reason)) => reason.clone(),
             Err(e) => StopReason::Failed(e.to_string()),
         };
-        cx.emit(AgentEvent::ReplyFinished {
+        cx.emit_with(|| AgentEvent::ReplyFinished {
             reply_id: cx.hook_cx.reply_id.clone(),
             stop_reason,
             usage: cx.usage.clone(),
@@ -92,7 +92,8 @@ impl<'a> ReplyCx<'a> {
             self.hook_cx.iteration = iteration;
             let reasoning = self.reasoning(tool_choice.clone(), structured).await?;
             let calls: Vec<_> = reasoning.tool_uses().cloned().collect();
-            if let Some(output) = self.acting(calls.clone(), structured).await? {
+            let called_tools = !calls.is_empty();
+            if let Some(output) = self.acting(calls, structured).await? {
                 structured_output = Some(output);
             }
             if requirement_pending {
@@ -109,11 +110,11 @@ impl<'a> ReplyCx<'a> {
                     self.pending_hints.push(Msg::user(TEXT_AFTER_STRUCTURED_HINT));
                     tool_choice = Some(ToolChoice::None);
                     requirement_pending = false;
-                } else if calls.is_empty() {
+                } else if !called_tools {
                     self.pending_hints.push(Msg::user(STRUCTURED_REQUIRED_HINT));
                     tool_choice = Some(ToolChoice::Required);
                 }
-            } else if calls.is_empty() {
+            } else if !called_tools {
                 reply = Some(reasoning);
                 break;
             }
@@ -179,9 +180,7 @@ impl<'a> ReplyCx<'a> {
     async fn prompt(&mut self, extra: Option<Msg>) -> Result<Vec<Msg>, AgentError> {
         let history = self.inner.memory.messages().await?;
         let mut messages = Vec::with_capacity(history.len() + 2 + self.pending_hints.len());
-        if !self.inner.sys_prompt.is_empty() {
-            messages.push(Msg::system(self.inner.sys_prompt.clone()));
-        }
+        messages.extend(self.inner.sys_prompt.clone());
         messages.extend(history);
         messages.append(&mut self.pending_hints);
         messages.extend(extra);
@@ -191,6 +190,12 @@ impl<'a> ReplyCx<'a> {
     /// Streams one model call into one assistant message, printing its cumulative states.
     async fn call_model(&mut self, request: ChatRequest) -> Result<Msg, AgentError> {
         let streaming = self.inner.model.is_streaming();
+        tracing::debug!(
+            model = self.inner.model.model_name(),
+            messages = request.messages.len(),
+            tools = request.tools.len(),
+            "model call"
+        );
         let mut stream = self.inner.model.chat(request);
         let mut msg = Msg::new(&self.inner.name, Role::Assistant, Vec::new());
         let mut received = false;
@@ -217,7 +222,15 @@ impl<'a> ReplyCx<'a> {
         self.sink.is_some() || self.inner.events.has_subscribers() || !self.hooks.is_empty()
     }
 
-    pub(super) fn emit(&self, event: AgentEvent) {
+    /// Emits the event `make` builds, building it only when someone listens.
+    pub(super) fn emit_with(&self, make: impl FnOnce() -> AgentEvent) {
+        if self.sink.is_none() && !self.inner.events.has_subscribers() {
+            return;
+        }
+        self.emit(make());
+    }
+
+    fn emit(&self, event: AgentEvent) {
         self.inner.events.emit(&event);
         if let Some(sink) = &self.sink {
             let _ = sink.send(event);

@@ -34,7 +34,8 @@ pub(super) fn run_tool(
     ctx: ToolContext,
 ) -> BoxStream<'static, ToolResponse> {
     let (tx, rx) = mpsc::channel::<ToolResponse>(8);
-    let call = call.clone();
+    // Only a postprocess function needs the call after this point.
+    let call = entry.postprocess.as_ref().map(|_| call.clone());
     let name = entry.name.clone();
     tokio::spawn(drive(entry, call, args, ctx, tx));
     stream::unfold((rx, false), move |(mut rx, finished)| {
@@ -61,7 +62,7 @@ pub(super) fn run_tool(
 
 async fn drive(
     entry: Arc<RegisteredTool>,
-    call: ToolUseBlock,
+    call: Option<ToolUseBlock>,
     args: Map<String, Value>,
     ctx: ToolContext,
     tx: mpsc::Sender<ToolResponse>,
@@ -90,7 +91,7 @@ async fn drive(
                 // `previous` was postprocessed when it was first sent.
                 let last = match previous {
                     Some(chunk) => chunk.last(true),
-                    None => postprocess(&entry, &call, ToolResponse::new(Vec::new())),
+                    None => postprocess(&entry, call.as_ref(), ToolResponse::new(Vec::new())),
                 };
                 let _ = tx.send(last).await;
                 return;
@@ -105,7 +106,7 @@ async fn drive(
                 return;
             }
         };
-        let chunk = postprocess(&entry, &call, chunk);
+        let chunk = postprocess(&entry, call.as_ref(), chunk);
         let is_last = chunk.is_last;
         if !is_last {
             previous = Some(chunk.clone());
@@ -125,8 +126,8 @@ fn ended_with_error(previous: Option<ToolResponse>, error: &ToolError) -> ToolRe
     chunk
 }
 
-fn postprocess(entry: &RegisteredTool, call: &ToolUseBlock, chunk: ToolResponse) -> ToolResponse {
-    let Some(post) = &entry.postprocess else {
+fn postprocess(entry: &RegisteredTool, call: Option<&ToolUseBlock>, chunk: ToolResponse) -> ToolResponse {
+    let (Some(post), Some(call)) = (&entry.postprocess, call) else {
         return chunk;
     };
     let is_last = chunk.is_last;

@@ -43,6 +43,8 @@ pub struct OpenAiChatModel {
 
 struct Inner {
     config: OpenAiConfig,
+    /// Parsed once: parsing (with IDNA) on every request shows up in profiles.
+    endpoint: reqwest::Url,
     url: String,
     client: reqwest::Client,
 }
@@ -94,9 +96,13 @@ impl OpenAiChatModel {
             .read_timeout(config.read_timeout)
             .build()
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let url = config.chat_completions_url();
+        let endpoint = reqwest::Url::parse(&url)
+            .map_err(|e| ModelError::Config(format!("invalid endpoint {url:?}: {e}")))?;
         Ok(OpenAiChatModel {
             inner: Arc::new(Inner {
-                url: config.chat_completions_url(),
+                endpoint,
+                url,
                 config,
                 client,
             }),
@@ -158,7 +164,12 @@ impl Inner {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let result = self.client.post(&self.url).body(body.clone()).send().await;
+            let result = self
+                .client
+                .post(self.endpoint.clone())
+                .body(body.clone())
+                .send()
+                .await;
             let can_retry = attempt <= policy.max_retries;
             let (error, server_headers) = match result {
                 Ok(response) if response.status().is_success() => return Ok(response),
