@@ -246,7 +246,7 @@ async fn invalid_arguments_never_reach_the_tool() {
     assert!(
         not_object
             .text_content()
-            .contains("must be a JSON object, not an array")
+            .contains("the arguments are an array, not a JSON object")
     );
     let invalid_json = ToolUseBlock {
         id: "bad".into(),

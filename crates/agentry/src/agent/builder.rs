@@ -86,12 +86,7 @@ impl ReActAgentBuilder {
 
     /// Adds a hook under `name` (a later hook of the same name replaces it).
     pub fn hook(mut self, name: impl Into<String>, hook: impl AgentHook) -> Self {
-        let name = name.into();
-        let hook: Arc<dyn AgentHook> = Arc::new(hook);
-        match self.hooks.iter_mut().find(|(n, _)| *n == name) {
-            Some(slot) => slot.1 = hook,
-            None => self.hooks.push((name, hook)),
-        }
+        super::hooks::upsert(&mut self.hooks, name.into(), Arc::new(hook));
         self
     }
 

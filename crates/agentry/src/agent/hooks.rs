@@ -26,6 +26,8 @@
 //! }
 //! ```
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
@@ -62,4 +64,12 @@ pub trait AgentHook: Send + Sync + 'static {
     async fn pre_print(&self, _ctx: &HookContext, _msg: &mut Msg, _last: bool) {}
     /// After a message event was emitted.
     async fn post_print(&self, _ctx: &HookContext, _msg: &Msg, _last: bool) {}
+}
+
+/// Puts `hook` under `name`: in place of a hook of that name, else after the others.
+pub(super) fn upsert(list: &mut Vec<(String, Arc<dyn AgentHook>)>, name: String, hook: Arc<dyn AgentHook>) {
+    match list.iter_mut().find(|(n, _)| *n == name) {
+        Some(slot) => slot.1 = hook,
+        None => list.push((name, hook)),
+    }
 }

@@ -182,14 +182,9 @@ impl ReActAgent {
     /// Registers a hook under `name`, after the existing ones; a hook of the same name is
     /// replaced in place. Takes effect from the next reply.
     pub fn register_hook(&self, name: impl Into<String>, hook: impl AgentHook) {
-        let name = name.into();
         let mut hooks = self.inner.hooks.write().unwrap_or_else(|e| e.into_inner());
         let mut list: Vec<(String, Arc<dyn AgentHook>)> = hooks.to_vec();
-        let hook: Arc<dyn AgentHook> = Arc::new(hook);
-        match list.iter_mut().find(|(n, _)| *n == name) {
-            Some(slot) => slot.1 = hook,
-            None => list.push((name, hook)),
-        }
+        hooks::upsert(&mut list, name.into(), Arc::new(hook));
         *hooks = list.into();
     }
 

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use super::AgentError;
 use crate::message::{Msg, ToolUseBlock};
 use crate::model::ToolSchema;
+use crate::tool::schema::{schema_errors, unusable_arguments};
 use crate::tool::{ToolResponse, schema_for};
 
 /// Name of the finish function the model calls with the structured output.
@@ -59,27 +60,10 @@ impl StructuredSpec {
     /// output when the arguments are valid.
     pub(super) fn handle(&self, call: &ToolUseBlock) -> (ToolResponse, Option<Map<String, Value>>) {
         let Value::Object(args) = &call.input else {
-            let reason = match call.raw_input.as_deref().map(serde_json::from_str::<Value>) {
-                Some(Err(e)) => format!("the arguments are not valid JSON ({e})"),
-                _ => "the arguments must be a JSON object".to_owned(),
-            };
-            return (
-                ToolResponse::error(format!("Arguments Validation Error: {reason}")),
-                None,
-            );
+            let text = format!("Arguments Validation Error: {}", unusable_arguments(call));
+            return (ToolResponse::error(text), None);
         };
-        let mut errors: Vec<String> = self
-            .validator
-            .iter_errors(&call.input)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("at {path}: {e}")
-                }
-            })
-            .collect();
+        let mut errors = schema_errors(&self.validator, &call.input);
         if errors.is_empty()
             && let Err(e) = (self.deserializes)(&call.input)
         {

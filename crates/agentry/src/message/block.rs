@@ -53,17 +53,19 @@ pub struct ToolResultBlock {
 impl ToolResultBlock {
     /// The text blocks of the output joined with `"\n"` (empty when there is none).
     pub fn text(&self) -> String {
-        let mut out = String::new();
-        for block in &self.output {
-            if let ContentBlock::Text { text } = block {
-                if !out.is_empty() {
-                    out.push('\n');
-                }
-                out.push_str(text);
-            }
-        }
-        out
+        join_text(&self.output).unwrap_or_default()
     }
+}
+
+/// The text blocks among `blocks` joined with `"\n"`, or `None` when there is no text block.
+pub fn join_text(blocks: &[ContentBlock]) -> Option<String> {
+    let mut texts = blocks.iter().filter_map(ContentBlock::as_text);
+    let mut out = texts.next()?.to_owned();
+    for text in texts {
+        out.push('\n');
+        out.push_str(text);
+    }
+    Some(out)
 }
 
 /// One piece of a message.

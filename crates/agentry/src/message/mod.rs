@@ -18,7 +18,7 @@
 
 mod block;
 
-pub use block::{BlockKind, ContentBlock, MediaSource, ToolResultBlock, ToolUseBlock};
+pub use block::{BlockKind, ContentBlock, MediaSource, ToolResultBlock, ToolUseBlock, join_text};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -111,17 +111,7 @@ impl Msg {
 
     /// All text blocks joined with `"\n"`, or `None` when there is no text block.
     pub fn text(&self) -> Option<String> {
-        let mut texts = self.content.iter().filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        });
-        let first = texts.next()?;
-        let mut out = first.to_owned();
-        for t in texts {
-            out.push('\n');
-            out.push_str(t);
-        }
-        Some(out)
+        join_text(&self.content)
     }
 
     /// The blocks of one kind, in order.

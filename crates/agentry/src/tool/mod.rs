@@ -34,7 +34,7 @@ mod function;
 mod meta;
 mod response;
 mod runner;
-mod schema;
+pub(crate) mod schema;
 mod toolkit;
 
 pub use agentry_macros::tool;

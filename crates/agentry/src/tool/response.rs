@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::message::ContentBlock;
+use crate::message::{ContentBlock, join_text};
 
 /// One cumulative chunk of a tool's result.
 ///
@@ -65,10 +65,6 @@ impl ToolResponse {
 
     /// The text blocks joined with `"\n"`.
     pub fn text_content(&self) -> String {
-        self.content
-            .iter()
-            .filter_map(ContentBlock::as_text)
-            .collect::<Vec<_>>()
-            .join("\n")
+        join_text(&self.content).unwrap_or_default()
     }
 }

@@ -21,6 +21,42 @@ pub fn schema_for<T: JsonSchema>() -> Value {
     value
 }
 
+/// Every way `value` breaks `validator`, as "at /path: message" (the path left out at the root).
+pub(crate) fn schema_errors(validator: &jsonschema::Validator, value: &Value) -> Vec<String> {
+    validator
+        .iter_errors(value)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            if path.is_empty() {
+                e.to_string()
+            } else {
+                format!("at {path}: {e}")
+            }
+        })
+        .collect()
+}
+
+/// Why a tool call's arguments cannot be used when its `input` is not an object: invalid JSON
+/// (with the parser's message), JSON of another kind, or nothing at all.
+pub(crate) fn unusable_arguments(call: &crate::message::ToolUseBlock) -> String {
+    let kind = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    match (&call.input, call.raw_input.as_deref()) {
+        (Value::Null, Some(raw)) => match serde_json::from_str::<Value>(raw) {
+            Err(e) => format!("the arguments are not valid JSON ({e})"),
+            Ok(v) => format!("the arguments are {}, not a JSON object", kind(&v)),
+        },
+        (Value::Null, None) => "the arguments are missing".to_owned(),
+        (other, _) => format!("the arguments are {}, not a JSON object", kind(other)),
+    }
+}
+
 /// Removes `title` keywords from a schema and its subschemas, leaving properties that happen
 /// to be named "title" alone.
 pub(crate) fn strip_titles(schema: &mut Value) {

@@ -8,7 +8,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::{Map, Value};
 
 use super::runner::{failure, run_tool};
-use super::schema::{remove_presets, strip_titles};
+use super::schema::{remove_presets, schema_errors, strip_titles, unusable_arguments};
 use super::{Tool, ToolContext, ToolResponse, meta};
 use crate::message::ToolUseBlock;
 use crate::model::ToolSchema;
@@ -545,25 +545,11 @@ fn prepare_schema(
 /// Checks what the model sent and adds the presets, or says what is wrong.
 fn checked_arguments(entry: &RegisteredTool, call: &ToolUseBlock) -> Result<Map<String, Value>, String> {
     let name = &entry.name;
-    let input = match &call.input {
-        Value::Object(map) => map,
-        Value::Null => {
-            let reason = match call.raw_input.as_deref().map(serde_json::from_str::<Value>) {
-                Some(Err(e)) => format!("they are not valid JSON ({e})"),
-                Some(Ok(v)) => format!("they are {}, not an object", json_kind(&v)),
-                None => "they are missing".to_owned(),
-            };
-            return Err(format!(
-                "the arguments of this call to \"{name}\" could not be used: {reason}. Call \"{name}\" again \
-                 with a JSON object as arguments."
-            ));
-        }
-        other => {
-            return Err(format!(
-                "the arguments of \"{name}\" must be a JSON object, not {}.",
-                json_kind(other)
-            ));
-        }
+    let Value::Object(input) = &call.input else {
+        return Err(format!(
+            "the call to \"{name}\" could not be used: {}. Call \"{name}\" again with a JSON object as arguments.",
+            unusable_arguments(call)
+        ));
     };
     if let Some(preset) = input.keys().find(|k| entry.preset_args.contains_key(*k)) {
         return Err(format!(
@@ -571,18 +557,7 @@ fn checked_arguments(entry: &RegisteredTool, call: &ToolUseBlock) -> Result<Map<
              \"{name}\" again without \"{preset}\"."
         ));
     }
-    let errors: Vec<String> = entry
-        .validator
-        .iter_errors(&call.input)
-        .map(|e| {
-            let path = e.instance_path().to_string();
-            if path.is_empty() {
-                e.to_string()
-            } else {
-                format!("at {path}: {e}")
-            }
-        })
-        .collect();
+    let errors = schema_errors(&entry.validator, &call.input);
     if !errors.is_empty() {
         return Err(format!(
             "invalid arguments for \"{name}\": {}. Call \"{name}\" again with arguments that match its schema.",
@@ -594,15 +569,4 @@ fn checked_arguments(entry: &RegisteredTool, call: &ToolUseBlock) -> Result<Map<
         args.insert(k.clone(), v.clone());
     }
     Ok(args)
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }

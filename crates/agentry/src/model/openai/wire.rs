@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
-use crate::message::{ContentBlock, MediaSource, Msg, Role, ToolResultBlock, ToolUseBlock};
+use crate::message::{ContentBlock, MediaSource, Msg, Role, ToolResultBlock, ToolUseBlock, join_text};
 use crate::model::{ToolChoice, ToolSchema};
 
 /// The body of one chat-completions request.
@@ -148,14 +148,7 @@ impl Serialize for WireMessages<'_> {
 }
 
 fn joined_text(blocks: &[ContentBlock]) -> String {
-    let mut out = String::new();
-    for text in blocks.iter().filter_map(ContentBlock::as_text) {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(text);
-    }
-    out
+    join_text(blocks).unwrap_or_default()
 }
 
 fn has_media(blocks: &[ContentBlock]) -> bool {
