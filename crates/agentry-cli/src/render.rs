@@ -92,7 +92,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 state,
                 duration,
                 ..
-            } => self.tool_line(call_id, name, *state, *duration),
+            } => self.tool_line(call_id, name, state, *duration),
             AgentEvent::ReplyFinished { stop_reason, .. } => {
                 self.end_line()?;
                 if *stop_reason == StopReason::MaxIters {
@@ -160,7 +160,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
         &mut self,
         call_id: &str,
         name: &str,
-        state: ToolCallState,
+        state: &ToolCallState,
         duration: Duration,
     ) -> io::Result<()> {
         self.end_line()?;
@@ -170,7 +170,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
             .map(|(_, args)| args)
             .unwrap_or_default();
         let (summary, is_error) = self.results.remove(call_id).unwrap_or_default();
-        let failed = is_error || state != ToolCallState::Completed;
+        let failed = is_error || *state != ToolCallState::Completed;
         let arrow = if failed {
             self.style.red("✗")
         } else {

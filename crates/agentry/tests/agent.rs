@@ -708,7 +708,13 @@ impl AgentHook for Hooks {
     async fn pre_acting(&self, _: &HookContext, call: &mut ToolUseBlock) {
         call.input["a"] = json!(call.input["a"].as_i64().unwrap() * 2);
     }
-    async fn post_acting(&self, _: &HookContext, _: &ToolUseBlock, result: &mut ToolResultBlock) {
+    async fn post_acting(
+        &self,
+        _: &HookContext,
+        _: &ToolUseBlock,
+        _: &ToolCallState,
+        result: &mut ToolResultBlock,
+    ) {
         result.output.push(ContentBlock::text("(checked)"));
     }
     async fn post_reply(&self, _: &HookContext, reply: &mut Msg) {

@@ -1,12 +1,16 @@
 //! Building a [`ReActAgent`].
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use super::events::EventHub;
-use super::{AgentError, AgentHook, AgentInner, ReActAgent};
+use super::{AgentError, AgentHook, AgentInner, ReActAgent, Settings};
 use crate::memory::{InMemoryMemory, Memory};
 use crate::message::Msg;
 use crate::model::ChatModel;
+use crate::tool::DEFAULT_CANCEL_GRACE;
 use crate::tool::Toolkit;
 
 /// Builder of a [`ReActAgent`]; only the model is required.
@@ -21,6 +25,11 @@ pub struct ReActAgentBuilder {
     parallel_tool_calls: bool,
     enable_meta_tool: bool,
     hooks: Vec<(String, Arc<dyn AgentHook>)>,
+    auto_approve_tools: bool,
+    on_cancel_budget: Option<Duration>,
+    cancel_grace: Option<Duration>,
+    approval_timeout: Option<Duration>,
+    no_interrupted_note: bool,
 }
 
 impl ReActAgentBuilder {
@@ -84,6 +93,39 @@ impl ReActAgentBuilder {
         self
     }
 
+    /// Approve calls of tools marked `auto_approve` without asking (A3, A4; default false).
+    /// Both this and the tool's flag are needed.
+    pub fn auto_approve_tools(mut self, auto: bool) -> Self {
+        self.auto_approve_tools = auto;
+        self
+    }
+
+    /// How long an `on_cancel` callback may take before the standard result is used instead
+    /// (X10; default 100 ms).
+    pub fn on_cancel_budget(mut self, budget: Duration) -> Self {
+        self.on_cancel_budget = Some(budget);
+        self
+    }
+
+    /// How long a cancelled tool body may keep running to unwind before it is dropped (X14;
+    /// default 1 s).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = Some(grace);
+        self
+    }
+
+    /// Declines a call whose approval is not decided within this time (A15; default: wait).
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = Some(timeout);
+        self
+    }
+
+    /// Whether a cancelled reply leaves a note for the model's next request (R5; default true).
+    pub fn interrupted_note(mut self, note: bool) -> Self {
+        self.no_interrupted_note = !note;
+        self
+    }
+
     /// Adds a hook under `name` (a later hook of the same name replaces it).
     pub fn hook(mut self, name: impl Into<String>, hook: impl AgentHook) -> Self {
         super::hooks::upsert(&mut self.hooks, name.into(), Arc::new(hook));
@@ -111,8 +153,19 @@ impl ReActAgentBuilder {
                 max_iters: self.max_iters.unwrap_or(10),
                 parallel_tool_calls: self.parallel_tool_calls,
                 hooks: RwLock::new(self.hooks.into()),
-                events: EventHub::default(),
+                events: Arc::new(EventHub::default()),
+                settings: Settings {
+                    auto_approve_tools: self.auto_approve_tools,
+                    on_cancel_budget: self.on_cancel_budget.unwrap_or(Duration::from_millis(100)),
+                    cancel_grace: self.cancel_grace.unwrap_or(DEFAULT_CANCEL_GRACE),
+                    approval_timeout: self.approval_timeout,
+                    interrupted_note: !self.no_interrupted_note,
+                },
                 reply_lock: tokio::sync::Mutex::new(()),
+                active: Mutex::new(None),
+                finished_calls: Mutex::new(HashMap::new()),
+                grants: Mutex::new(HashMap::new()),
+                memory_checked: AtomicBool::new(false),
             }),
         })
     }

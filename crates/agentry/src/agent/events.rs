@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::message::Msg;
 use crate::model::ChatUsage;
+use crate::tool::{ApprovalDecision, ApprovalRequest, CancelReason, DecisionSource, ToolCallState};
 
 /// One thing that happened during a reply.
 ///
@@ -27,7 +28,8 @@ pub enum AgentEvent {
         /// Whether this is the message's final state.
         last: bool,
     },
-    /// A tool call is about to run.
+    /// A tool call entered the runtime: it will wait for approval and a free slot if needed,
+    /// then run. Every `ToolStarted` is followed by exactly one `ToolFinished` (S4).
     ToolStarted {
         /// The reply this call belongs to.
         reply_id: String,
@@ -38,7 +40,64 @@ pub enum AgentEvent {
         /// The arguments (after pre-acting hooks).
         input: Value,
     },
-    /// A tool call reached its terminal state; its result is in memory.
+    /// A running tool reported progress (UI only; never sent to the model, X13).
+    ToolProgress {
+        /// The reply this call belongs to.
+        reply_id: String,
+        /// The call id.
+        call_id: String,
+        /// A report with the same id replaces the earlier one.
+        id: Option<String>,
+        /// The progress text.
+        message: String,
+    },
+    /// A call needs approval; answer with [`AgentHandle::decide`](super::AgentHandle::decide).
+    /// `automatic` requests are decided already (auto-approval or a session grant, A7).
+    ApprovalRequested {
+        /// The reply this call belongs to.
+        reply_id: String,
+        /// The call id.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The arguments.
+        input: Value,
+        /// What to show the user.
+        request: ApprovalRequest,
+        /// Whether the decision is taken without asking.
+        automatic: bool,
+    },
+    /// An approval was decided.
+    ApprovalResolved {
+        /// The reply this call belongs to.
+        reply_id: String,
+        /// The call id.
+        call_id: String,
+        /// The decision.
+        decision: ApprovalDecision,
+        /// Whether nobody was asked.
+        automatic: bool,
+        /// Who decided.
+        source: DecisionSource,
+    },
+    /// A pending approval request no longer needs an answer (its call was cancelled, P2).
+    ApprovalWithdrawn {
+        /// The reply this call belongs to.
+        reply_id: String,
+        /// The call id.
+        call_id: String,
+    },
+    /// A cancel was accepted (C7); the `ToolFinished` of the cancelled calls follow.
+    CancelRequested {
+        /// The reply concerned.
+        reply_id: String,
+        /// One call, or the whole reply.
+        target: CancelTarget,
+        /// Who cancelled.
+        reason: CancelReason,
+    },
+    /// A tool call reached its terminal state; its result is in memory (or will be, with the
+    /// rest of its parallel batch, in call order).
     ToolFinished {
         /// The reply this call belongs to.
         reply_id: String,
@@ -48,7 +107,7 @@ pub enum AgentEvent {
         name: String,
         /// How it ended.
         state: ToolCallState,
-        /// Time from start to result.
+        /// Time from `ToolStarted` to the result.
         duration: Duration,
     },
     /// The reply is over.
@@ -62,14 +121,13 @@ pub enum AgentEvent {
     },
 }
 
-/// How a tool call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ToolCallState {
-    /// The tool produced its result.
-    Completed,
-    /// The call failed: unknown tool, invalid arguments, the tool's error or panic.
-    Failed,
+/// What a cancel applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelTarget {
+    /// One tool call.
+    Call(String),
+    /// The whole reply.
+    Reply,
 }
 
 /// Why a reply ended.
@@ -80,6 +138,8 @@ pub enum StopReason {
     Answered,
     /// `max_iters` rounds passed; the reply is the model's summary.
     MaxIters,
+    /// The reply was cancelled (R4): no model request was made after the cancel.
+    Cancelled,
     /// The reply failed; the text says why. Memory holds everything up to the failure.
     Failed(String),
 }

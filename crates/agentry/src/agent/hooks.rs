@@ -32,6 +32,7 @@ use async_trait::async_trait;
 
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ToolChoice;
+use crate::tool::ToolCallState;
 
 /// Where a hook is running.
 #[derive(Debug, Clone)]
@@ -58,8 +59,16 @@ pub trait AgentHook: Send + Sync + 'static {
     async fn post_reasoning(&self, _ctx: &HookContext, _msg: &mut Msg) {}
     /// Before a tool call; may change its arguments (the result keeps the call's id).
     async fn pre_acting(&self, _ctx: &HookContext, _call: &mut ToolUseBlock) {}
-    /// After a tool call, before the result is stored; may change the result.
-    async fn post_acting(&self, _ctx: &HookContext, _call: &ToolUseBlock, _result: &mut ToolResultBlock) {}
+    /// After every tool call, whatever its end (completed, failed, declined, cancelled, timed
+    /// out: `state`, R7), before the result is stored; may change the result.
+    async fn post_acting(
+        &self,
+        _ctx: &HookContext,
+        _call: &ToolUseBlock,
+        _state: &ToolCallState,
+        _result: &mut ToolResultBlock,
+    ) {
+    }
     /// Before a message event is emitted; may change what is shown.
     async fn pre_print(&self, _ctx: &HookContext, _msg: &mut Msg, _last: bool) {}
     /// After a message event was emitted.

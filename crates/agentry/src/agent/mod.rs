@@ -33,20 +33,27 @@
 //! ```
 
 mod acting;
+mod approval;
 mod builder;
 mod events;
+mod handle;
 mod hooks;
 mod react;
 mod structured;
 
+pub use crate::tool::{CancelOutcome, ToolCallState};
 pub use builder::ReActAgentBuilder;
-pub use events::{AgentEvent, EventStream, StopReason, ToolCallState};
+pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
+pub use handle::{AgentHandle, ApprovalError};
 pub use hooks::{AgentHook, HookContext};
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
 
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::Stream;
 use schemars::JsonSchema;
@@ -91,6 +98,27 @@ pub enum AgentError {
 /// Named hooks in registration order.
 type HookList = Arc<[(String, Arc<dyn AgentHook>)]>;
 
+/// The model-visible note added after a cancelled reply (spec R5), as a user message.
+pub const REPLY_INTERRUPTED_NOTE: &str = "<interrupted>The user interrupted the previous reply. Tool calls that were \
+     running were stopped and may have partly run.</interrupted>";
+
+/// A decision stored for the rest of the session (A12, A13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Grant {
+    Allow,
+    Deny { reason: Option<String> },
+}
+
+/// Cancellation and approval settings of an agent.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) auto_approve_tools: bool,
+    pub(crate) on_cancel_budget: Duration,
+    pub(crate) cancel_grace: Duration,
+    pub(crate) approval_timeout: Option<Duration>,
+    pub(crate) interrupted_note: bool,
+}
+
 pub(crate) struct AgentInner {
     pub(crate) name: String,
     /// The system prompt as the first message of every prompt (`None` when empty).
@@ -101,9 +129,41 @@ pub(crate) struct AgentInner {
     pub(crate) max_iters: usize,
     pub(crate) parallel_tool_calls: bool,
     pub(crate) hooks: RwLock<HookList>,
-    pub(crate) events: EventHub,
+    pub(crate) events: Arc<EventHub>,
+    pub(crate) settings: Settings,
     /// One reply at a time: replies share memory.
     pub(crate) reply_lock: tokio::sync::Mutex<()>,
+    /// The reply running now, for the handle.
+    pub(crate) active: Mutex<Option<Arc<handle::ActiveReply>>>,
+    /// Terminal states of the calls of earlier replies of this session (C3, C4).
+    pub(crate) finished_calls: Mutex<HashMap<String, ToolCallState>>,
+    /// Session approval grants, keyed per A12.
+    pub(crate) grants: Mutex<HashMap<String, Grant>>,
+    /// Whether memory is known to pair every call with one result (Y1); false after a reply
+    /// that did not end normally, and before the first reply (memory may come from elsewhere).
+    pub(crate) memory_checked: AtomicBool,
+}
+
+impl AgentInner {
+    pub(crate) fn active_reply(&self) -> Option<Arc<handle::ActiveReply>> {
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn finished_call(&self, call_id: &str) -> Option<ToolCallState> {
+        self.finished_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(call_id)
+            .cloned()
+    }
+
+    pub(crate) fn memory_is_checked(&self) -> bool {
+        self.memory_checked.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_memory_checked(&self, checked: bool) {
+        self.memory_checked.store(checked, Ordering::Release);
+    }
 }
 
 /// A ReAct agent. Cheap to clone: clones share memory, toolkit, hooks and subscribers.
@@ -144,7 +204,25 @@ impl ReActAgent {
         &self.inner.toolkit
     }
 
+    /// A handle to cancel calls, cancel the reply, or decide approvals, from anywhere.
+    pub fn handle(&self) -> AgentHandle {
+        AgentHandle {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    /// Forgets every session approval grant (A12, A13).
+    pub fn clear_session_grants(&self) {
+        self.inner
+            .grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     /// Replies to `msg` (or continues the conversation when `None`) and returns the answer.
+    /// A cancelled reply (through [`AgentHandle::cancel_reply`]) returns normally too: its
+    /// message carries `"interrupted": true` in its metadata.
     /// Concurrent replies of one agent run one after the other.
     pub async fn reply(&self, msg: impl Into<Option<Msg>>) -> Result<Msg, AgentError> {
         ReplyCx::run(&self.inner, msg.into(), None, None).await
@@ -170,7 +248,8 @@ impl ReActAgent {
         let task = tokio::spawn(async move { ReplyCx::run(&inner, msg, None, Some(tx)).await });
         ReplyRun {
             events: EventStream::new(rx),
-            task,
+            task: Some(task),
+            handle: self.handle(),
         }
     }
 
@@ -202,11 +281,13 @@ impl ReActAgent {
 
 /// A reply running on its own task: a stream of its events, then its result.
 ///
-/// The stream ends after the reply's [`AgentEvent::ReplyFinished`].
+/// The stream ends after the reply's [`AgentEvent::ReplyFinished`]. Dropping a `ReplyRun`
+/// before [`finish`](ReplyRun::finish) cancels the reply: nobody is left to see it.
 #[derive(Debug)]
 pub struct ReplyRun {
     events: EventStream,
-    task: JoinHandle<Result<Msg, AgentError>>,
+    task: Option<JoinHandle<Result<Msg, AgentError>>>,
+    handle: AgentHandle,
 }
 
 impl ReplyRun {
@@ -215,9 +296,27 @@ impl ReplyRun {
         self.events.recv().await
     }
 
+    /// The handle of the agent running this reply.
+    pub fn handle(&self) -> &AgentHandle {
+        &self.handle
+    }
+
     /// Waits for the reply's result (events not read yet are dropped).
-    pub async fn finish(self) -> Result<Msg, AgentError> {
-        self.task.await.map_err(|e| AgentError::Internal(e.to_string()))?
+    pub async fn finish(mut self) -> Result<Msg, AgentError> {
+        match self.task.take() {
+            Some(task) => task.await.map_err(|e| AgentError::Internal(e.to_string()))?,
+            None => Err(AgentError::Internal("the reply was already awaited".into())),
+        }
+    }
+}
+
+impl Drop for ReplyRun {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task
+            && !task.is_finished()
+        {
+            self.handle.cancel_reply();
+        }
     }
 }
 

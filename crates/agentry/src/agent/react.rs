@@ -6,30 +6,40 @@ use std::sync::Arc;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::events::{AgentEvent, StopReason};
+use super::handle::ActiveReply;
 use super::hooks::HookContext;
 use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STRUCTURED_HINT};
-use super::{AgentError, AgentInner, HookList};
-use crate::message::{ContentBlock, Msg, Role, new_id};
+use super::{AgentError, AgentInner, HookList, REPLY_INTERRUPTED_NOTE};
+use crate::memory::{check_tool_pairs, repair_tool_pairs};
+use crate::message::{BlockKind, ContentBlock, Msg, Role, new_id};
 use crate::model::{ChatRequest, ChatUsage, ModelError, ToolChoice, ToolSchema};
 
 /// The hint that asks for a summary after `max_iters` rounds.
 pub(super) const SUMMARY_HINT: &str = "You have failed to generate response within the maximum iterations. \
      Now respond directly by summarizing the current situation.";
 
+/// A model call's message, and whether the reply was cancelled before it was complete.
+struct ModelOutput {
+    msg: Msg,
+    interrupted: bool,
+    /// Whether cumulative states of `msg` were printed (so its last state must be too).
+    printed: bool,
+}
+
 /// The state of one reply.
 pub(crate) struct ReplyCx<'a> {
     pub(super) inner: &'a AgentInner,
+    pub(super) active: Arc<ActiveReply>,
     pub(super) hooks: HookList,
     pub(super) hook_cx: HookContext,
-    sink: Option<mpsc::UnboundedSender<AgentEvent>>,
     /// Hints for the next model call only (never stored in memory).
     pending_hints: Vec<Msg>,
-    pub(super) token: CancellationToken,
     usage: ChatUsage,
+    /// The assistant messages of this reply, newest last.
+    last_assistant: Option<Msg>,
 }
 
 impl<'a> ReplyCx<'a> {
@@ -46,27 +56,38 @@ impl<'a> ReplyCx<'a> {
             .read()
             .map(|h| Arc::clone(&h))
             .unwrap_or_else(|e| Arc::clone(&e.into_inner()));
+        let reply_id = new_id();
+        let active = ActiveReply::new(reply_id.clone(), sink);
+        *inner.active.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&active));
         let mut cx = ReplyCx {
             inner,
+            active,
             hooks,
             hook_cx: HookContext {
                 agent_name: inner.name.clone(),
-                reply_id: new_id(),
+                reply_id: reply_id.clone(),
                 iteration: 0,
             },
-            sink,
             pending_hints: Vec::new(),
-            token: CancellationToken::new(),
             usage: ChatUsage::default(),
+            last_assistant: None,
         };
-        let span = tracing::info_span!("reply", agent = %inner.name, reply_id = %cx.hook_cx.reply_id);
+        let span = tracing::info_span!("reply", agent = %inner.name, reply_id = %reply_id);
         let outcome = cx.reply(msg, structured.as_ref()).instrument(span).await;
         let stop_reason = match &outcome {
             Ok((_, reason)) => reason.clone(),
             Err(e) => StopReason::Failed(e.to_string()),
         };
+        inner.set_memory_checked(stop_reason == StopReason::Answered || stop_reason == StopReason::MaxIters);
+        let calls = cx.active.finish();
+        inner
+            .finished_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(calls);
+        *inner.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
         cx.emit_with(|| AgentEvent::ReplyFinished {
-            reply_id: cx.hook_cx.reply_id.clone(),
+            reply_id: reply_id.clone(),
             stop_reason,
             usage: cx.usage.clone(),
         });
@@ -78,6 +99,7 @@ impl<'a> ReplyCx<'a> {
         mut msg: Option<Msg>,
         structured: Option<&StructuredSpec>,
     ) -> Result<(Msg, StopReason), AgentError> {
+        self.ensure_memory_pairs().await?;
         for (_, hook) in self.hooks.iter() {
             hook.pre_reply(&self.hook_cx, &mut msg).await;
         }
@@ -89,6 +111,9 @@ impl<'a> ReplyCx<'a> {
         let mut structured_output = None;
         let mut reply = None;
         for iteration in 0..self.inner.max_iters {
+            if self.active.is_cancelled() {
+                break;
+            }
             self.hook_cx.iteration = iteration;
             let reasoning = self.reasoning(tool_choice.clone(), structured).await?;
             let calls: Vec<_> = reasoning.tool_uses().cloned().collect();
@@ -96,13 +121,13 @@ impl<'a> ReplyCx<'a> {
             if let Some(output) = self.acting(calls, structured).await? {
                 structured_output = Some(output);
             }
+            if self.active.is_cancelled() {
+                break;
+            }
             if requirement_pending {
                 // spec: agentscope.md 1.D, item 21.
                 if structured_output.is_some() {
-                    let texts: Vec<ContentBlock> = reasoning
-                        .blocks(crate::message::BlockKind::Text)
-                        .cloned()
-                        .collect();
+                    let texts: Vec<ContentBlock> = reasoning.blocks(BlockKind::Text).cloned().collect();
                     if !texts.is_empty() {
                         reply = Some(Msg::new(&self.inner.name, Role::Assistant, texts));
                         break;
@@ -119,13 +144,18 @@ impl<'a> ReplyCx<'a> {
                 break;
             }
         }
+        if self.active.is_cancelled() {
+            return self.interrupted().await;
+        }
         let (mut reply, stop_reason) = match reply {
             Some(reply) => (reply, StopReason::Answered),
-            None => {
-                let summary = self.summarizing().await?;
-                self.inner.memory.add(vec![summary.clone()]).await?;
-                (summary, StopReason::MaxIters)
-            }
+            None => match self.summarizing().await? {
+                Some(summary) => {
+                    self.inner.memory.add(vec![summary.clone()]).await?;
+                    (summary, StopReason::MaxIters)
+                }
+                None => return self.interrupted().await,
+            },
         };
         if let Some(output) = structured_output {
             reply.metadata = output;
@@ -136,7 +166,47 @@ impl<'a> ReplyCx<'a> {
         Ok((reply, stop_reason))
     }
 
-    /// One model call with the tools; the message is stored and returned.
+    /// Ends a cancelled reply: the note for the next request (R5), and the last assistant
+    /// message of the reply, marked interrupted, as its value (R4).
+    async fn interrupted(&mut self) -> Result<(Msg, StopReason), AgentError> {
+        if self.inner.settings.interrupted_note {
+            self.inner
+                .memory
+                .add(vec![Msg::new(
+                    "system",
+                    Role::User,
+                    vec![ContentBlock::text(REPLY_INTERRUPTED_NOTE)],
+                )])
+                .await?;
+        }
+        let mut reply = self
+            .last_assistant
+            .take()
+            .unwrap_or_else(|| Msg::new(&self.inner.name, Role::Assistant, Vec::new()));
+        reply.metadata.insert("interrupted".into(), Value::Bool(true));
+        Ok((reply, StopReason::Cancelled))
+    }
+
+    /// Repairs memory before the first model request if an earlier reply (or whoever filled the
+    /// memory) left a call without its result (Y1, Y4).
+    async fn ensure_memory_pairs(&self) -> Result<(), AgentError> {
+        if self.inner.memory_is_checked() {
+            return Ok(());
+        }
+        let msgs = self.inner.memory.messages().await?;
+        if let Err(problem) = check_tool_pairs(&msgs) {
+            tracing::warn!(%problem, "memory pairs a tool call wrongly; repairing it");
+            let repaired = repair_tool_pairs(msgs);
+            self.inner.memory.clear().await?;
+            self.inner.memory.add(repaired).await?;
+        }
+        self.inner.set_memory_checked(true);
+        Ok(())
+    }
+
+    /// One model call with the tools; the message is stored and returned. When the reply is
+    /// cancelled mid-stream, the partial message is stored without the calls whose arguments
+    /// were not complete (R3).
     async fn reasoning(
         &mut self,
         mut tool_choice: Option<ToolChoice>,
@@ -158,22 +228,51 @@ impl<'a> ReplyCx<'a> {
             tools,
             tool_choice,
         };
-        let mut msg = self.call_model(request).await?;
-        make_call_ids_unique(&mut msg);
-        for (_, hook) in self.hooks.iter() {
-            hook.post_reasoning(&self.hook_cx, &mut msg).await;
+        let ModelOutput {
+            mut msg,
+            interrupted,
+            printed,
+        } = self.call_model(request).await?;
+        if interrupted {
+            keep_complete_calls(&mut msg);
         }
-        self.inner.memory.add(vec![msg.clone()]).await?;
-        self.print(&msg, true).await;
+        make_call_ids_unique(&mut msg);
+        if !interrupted {
+            for (_, hook) in self.hooks.iter() {
+                hook.post_reasoning(&self.hook_cx, &mut msg).await;
+            }
+        }
+        if !msg.content.is_empty() || !interrupted {
+            self.inner.memory.add(vec![msg.clone()]).await?;
+            self.last_assistant = Some(msg.clone());
+        }
+        if printed || !interrupted {
+            self.print(&msg, true).await;
+        }
         Ok(msg)
     }
 
     /// The summary after `max_iters` rounds: a call without tools; the caller stores it.
-    async fn summarizing(&mut self) -> Result<Msg, AgentError> {
+    /// `None` when the reply was cancelled meanwhile.
+    async fn summarizing(&mut self) -> Result<Option<Msg>, AgentError> {
         let request = ChatRequest::new(self.prompt(Some(Msg::user(SUMMARY_HINT))).await?);
-        let msg = self.call_model(request).await?;
+        let ModelOutput {
+            msg,
+            interrupted,
+            printed,
+        } = self.call_model(request).await?;
+        if interrupted {
+            if !msg.content.is_empty() {
+                self.inner.memory.add(vec![msg.clone()]).await?;
+                self.last_assistant = Some(msg.clone());
+            }
+            if printed {
+                self.print(&msg, true).await;
+            }
+            return Ok(None);
+        }
         self.print(&msg, true).await;
-        Ok(msg)
+        Ok(Some(msg))
     }
 
     /// System prompt, memory, pending hints (consumed), then `extra`.
@@ -187,8 +286,9 @@ impl<'a> ReplyCx<'a> {
         Ok(messages)
     }
 
-    /// Streams one model call into one assistant message, printing its cumulative states.
-    async fn call_model(&mut self, request: ChatRequest) -> Result<Msg, AgentError> {
+    /// Streams one model call into one assistant message, printing its cumulative states, until
+    /// it completes or the reply is cancelled (then the stream is dropped, R3).
+    async fn call_model(&mut self, request: ChatRequest) -> Result<ModelOutput, AgentError> {
         let streaming = self.inner.model.is_streaming();
         tracing::debug!(
             model = self.inner.model.model_name(),
@@ -199,7 +299,16 @@ impl<'a> ReplyCx<'a> {
         let mut stream = self.inner.model.chat(request);
         let mut msg = Msg::new(&self.inner.name, Role::Assistant, Vec::new());
         let mut received = false;
-        while let Some(item) = stream.next().await {
+        let mut printed = false;
+        loop {
+            let item = tokio::select! {
+                biased;
+                () = self.active.token.cancelled() => {
+                    return Ok(ModelOutput { msg, interrupted: true, printed });
+                }
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { break };
             let response = item?;
             received = true;
             msg.content = response.content;
@@ -210,31 +319,29 @@ impl<'a> ReplyCx<'a> {
             }
             if streaming {
                 self.print(&msg, false).await;
+                printed = true;
             }
         }
         if !received {
             return Err(ModelError::Stream("the model returned no response".into()).into());
         }
-        Ok(msg)
+        Ok(ModelOutput {
+            msg,
+            interrupted: false,
+            printed,
+        })
     }
 
     pub(super) fn wants_events(&self) -> bool {
-        self.sink.is_some() || self.inner.events.has_subscribers() || !self.hooks.is_empty()
+        self.active.has_listeners(&self.inner.events) || !self.hooks.is_empty()
     }
 
     /// Emits the event `make` builds, building it only when someone listens.
     pub(super) fn emit_with(&self, make: impl FnOnce() -> AgentEvent) {
-        if self.sink.is_none() && !self.inner.events.has_subscribers() {
+        if self.active.sink.is_none() && !self.inner.events.has_subscribers() {
             return;
         }
-        self.emit(make());
-    }
-
-    fn emit(&self, event: AgentEvent) {
-        self.inner.events.emit(&event);
-        if let Some(sink) = &self.sink {
-            let _ = sink.send(event);
-        }
+        self.active.emit(&self.inner.events, make());
     }
 
     /// Emits a message event through the print hooks.
@@ -247,10 +354,10 @@ impl<'a> ReplyCx<'a> {
             hook.pre_print(&self.hook_cx, &mut shown, last).await;
         }
         if self.hooks.is_empty() {
-            self.emit(AgentEvent::Message { msg: shown, last });
+            self.emit_with(|| AgentEvent::Message { msg: shown, last });
             return;
         }
-        self.emit(AgentEvent::Message {
+        self.emit_with(|| AgentEvent::Message {
             msg: shown.clone(),
             last,
         });
@@ -258,6 +365,27 @@ impl<'a> ReplyCx<'a> {
             hook.post_print(&self.hook_cx, &shown, last).await;
         }
     }
+}
+
+/// Keeps only the tool calls whose arguments were fully received: a name and arguments that
+/// parse as one JSON object (R3). Their `input` becomes that object.
+fn keep_complete_calls(msg: &mut Msg) {
+    msg.content.retain_mut(|block| match block {
+        ContentBlock::ToolUse(call) => {
+            let complete = match call.raw_input.as_deref() {
+                Some(raw) => serde_json::from_str::<Value>(raw).ok().filter(Value::is_object),
+                None => Some(call.input.clone()).filter(Value::is_object),
+            };
+            match complete {
+                Some(input) if !call.name.is_empty() => {
+                    call.input = input;
+                    true
+                }
+                _ => false,
+            }
+        }
+        _ => true,
+    });
 }
 
 /// Gives every tool call of a model message a non-empty id unique in that message, so each

@@ -109,6 +109,68 @@ pub fn check_tool_pairs(msgs: &[Msg]) -> Result<(), String> {
     Ok(())
 }
 
+/// Restores the pairing rule (spec Y4): every call of an assistant message gets exactly one
+/// result right after it, in call order: its first result found anywhere later, or an
+/// `INTERRUPTED_RESTART` result (`Cancelled{reason: Restart}`) when it has none. Results that
+/// answer no call are dropped.
+pub fn repair_tool_pairs(msgs: Vec<Msg>) -> Vec<Msg> {
+    use std::collections::HashMap;
+
+    use crate::message::{ContentBlock, ToolResultBlock};
+    use crate::tool::{CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState};
+
+    // The first result block for every id, with the metadata of its message.
+    let mut results: HashMap<String, (ToolResultBlock, serde_json::Map<String, serde_json::Value>)> =
+        HashMap::new();
+    for msg in &msgs {
+        for result in msg.tool_results() {
+            results
+                .entry(result.id.clone())
+                .or_insert_with(|| (result.clone(), msg.metadata.clone()));
+        }
+    }
+    let mut out = Vec::with_capacity(msgs.len());
+    for mut msg in msgs {
+        if msg.has_blocks(crate::message::BlockKind::ToolResult) {
+            // Results are re-inserted after their calls; keep what else the message says.
+            msg.content.retain(|b| !matches!(b, ContentBlock::ToolResult(_)));
+            if msg.content.is_empty() {
+                continue;
+            }
+            out.push(msg);
+            continue;
+        }
+        let calls: Vec<(String, String)> = msg.tool_uses().map(|c| (c.id.clone(), c.name.clone())).collect();
+        out.push(msg);
+        for (id, name) in calls {
+            let answer = match results.remove(&id) {
+                Some((block, metadata)) => Msg::tool_result(block).with_metadata(metadata),
+                None => {
+                    let state = ToolCallState::Cancelled {
+                        phase: CancelPhase::Running,
+                        partial: false,
+                        reason: CancelReason::Restart,
+                    };
+                    let mut metadata = serde_json::Map::new();
+                    metadata.insert(
+                        "tool_call".into(),
+                        serde_json::to_value(&state).unwrap_or(serde_json::Value::Null),
+                    );
+                    Msg::tool_result(ToolResultBlock {
+                        id,
+                        name,
+                        output: vec![ContentBlock::text(INTERRUPTED_RESTART)],
+                        is_error: true,
+                    })
+                    .with_metadata(metadata)
+                }
+            };
+            out.push(answer);
+        }
+    }
+    out
+}
+
 /// Memory in a `Vec`, for one process's lifetime.
 #[derive(Debug, Default)]
 pub struct InMemoryMemory {
@@ -245,6 +307,50 @@ mod tests {
         assert!(check_tool_pairs(&orphan).unwrap_err().contains("\"z\""));
         let late = [call_msg(&["a"]), Msg::user("interjection"), result("a")];
         assert!(check_tool_pairs(&late).is_err());
+    }
+
+    #[test]
+    fn y4_repair_closes_dangling_calls_and_drops_orphans() {
+        let call = |id: &str| {
+            ContentBlock::ToolUse(ToolUseBlock {
+                id: id.into(),
+                name: "t".into(),
+                input: json!({}),
+                raw_input: None,
+            })
+        };
+        let result = |id: &str| {
+            Msg::tool_result(crate::message::ToolResultBlock {
+                id: id.into(),
+                name: "t".into(),
+                output: vec![ContentBlock::text(format!("r{id}"))],
+                is_error: false,
+            })
+        };
+        let broken = vec![
+            Msg::user("q"),
+            Msg::new("bot", Role::Assistant, vec![call("a"), call("b")]),
+            result("b"),
+            result("zz"),
+            Msg::user("next"),
+            result("a"),
+        ];
+        assert!(check_tool_pairs(&broken).is_err());
+        let fixed = repair_tool_pairs(broken);
+        assert_eq!(check_tool_pairs(&fixed), Ok(()));
+        let texts: Vec<String> = fixed
+            .iter()
+            .map(|m| {
+                m.text()
+                    .unwrap_or_else(|| m.tool_results().map(|r| r.text()).collect::<Vec<_>>().join(","))
+            })
+            .collect();
+        assert_eq!(texts, ["q", "", "ra", "rb", "next"]);
+        let dangling = repair_tool_pairs(vec![Msg::new("bot", Role::Assistant, vec![call("c")])]);
+        let closed = dangling[1].tool_results().next().unwrap();
+        assert_eq!(closed.text(), crate::tool::INTERRUPTED_RESTART);
+        assert!(closed.is_error);
+        assert_eq!(dangling[1].metadata["tool_call"]["reason"], "restart");
     }
 
     #[tokio::test]

@@ -1,69 +1,142 @@
 //! The per-call execution context.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-/// What a running tool call can know about itself.
+use super::approval::UserAction;
+use super::call::CallRecord;
+
+/// Receives `report()` progress: call id, report id, message.
+pub(crate) type ProgressFn = Arc<dyn Fn(&str, Option<&str>, &str) + Send + Sync>;
+
+/// The default time a cancelled body may keep running to unwind before it is dropped (X14).
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
+
+/// What a running tool call can know and do about itself.
 ///
-/// Each call gets its own context with its own cancellation token (a child of the reply's
-/// token), so cancelling one call never touches another, even of the same tool.
+/// Each call gets its own context: its own cancellation token (a child of the reply's token)
+/// and its own `on_cancel` slot, so cancelling one call never touches another, even two parallel
+/// calls of the same tool.
 ///
 /// ```
-/// use agentry::tool::ToolContext;
-/// use tokio_util::sync::CancellationToken;
+/// use agentry::tool::{CancellationToken, ToolContext};
 ///
 /// let ctx = ToolContext::new("call_1", "search", CancellationToken::new());
+/// let found = std::sync::Arc::new(std::sync::Mutex::new(vec!["a.txt".to_owned()]));
+/// let partial = found.clone();
+/// ctx.set_on_cancel(move || Some(format!("Cancelled; found so far: {:?}", partial.lock().unwrap())));
 /// assert!(!ctx.is_cancelled());
 /// ctx.cancellation_token().cancel();
 /// assert!(ctx.is_cancelled());
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ToolContext {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
-    call_id: String,
-    tool_name: String,
-    token: CancellationToken,
+    record: Arc<CallRecord>,
+    progress: Option<ProgressFn>,
+    user_action: Option<UserAction>,
+    cancel_grace: Duration,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("call_id", &self.call_id())
+            .field("tool_name", &self.tool_name())
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
 }
 
 impl ToolContext {
-    /// A context for one call. The agent creates these; tests and custom drivers may too.
+    /// A context for a call run outside an agent (tests, custom drivers): running, with this
+    /// token. Reports go nowhere and nobody invokes `on_cancel`; the agent does both for the
+    /// calls it runs.
     pub fn new(call_id: impl Into<String>, tool_name: impl Into<String>, token: CancellationToken) -> Self {
+        let record = CallRecord::new(call_id.into(), tool_name.into(), token, false);
+        record.start();
+        ToolContext::for_record(record, None, None, DEFAULT_CANCEL_GRACE)
+    }
+
+    pub(crate) fn for_record(
+        record: Arc<CallRecord>,
+        progress: Option<ProgressFn>,
+        user_action: Option<UserAction>,
+        cancel_grace: Duration,
+    ) -> Self {
         ToolContext {
             inner: Arc::new(Inner {
-                call_id: call_id.into(),
-                tool_name: tool_name.into(),
-                token,
+                record,
+                progress,
+                user_action,
+                cancel_grace,
             }),
         }
     }
 
     /// The id of the call being executed.
     pub fn call_id(&self) -> &str {
-        &self.inner.call_id
+        &self.inner.record.call_id
     }
 
     /// The name the tool was called by.
     pub fn tool_name(&self) -> &str {
-        &self.inner.tool_name
+        &self.inner.record.tool_name
     }
 
-    /// Whether this call was cancelled. Once true, it stays true.
+    /// Whether this call was cancelled (by the user, the whole reply, or its timeout). It becomes
+    /// true the moment the cancel is accepted and never returns to false (X1).
     pub fn is_cancelled(&self) -> bool {
-        self.inner.token.is_cancelled()
+        self.inner.record.token.is_cancelled()
     }
 
     /// Resolves when this call is cancelled; use it in `tokio::select!`.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.inner.token.cancelled()
+        self.inner.record.token.cancelled()
     }
 
     /// The call's cancellation token, to hand to code that takes one.
     pub fn cancellation_token(&self) -> &CancellationToken {
-        &self.inner.token
+        &self.inner.record.token
+    }
+
+    /// Registers what to hand back if this call is cancelled while it runs: `Some(text)` becomes
+    /// the result the model reads (label it as partial); `None` or blank text gives the standard
+    /// "cancelled" result. Call it inside the tool's body; registering again replaces the
+    /// previous callback, and it has no effect before the body runs or after the call ended
+    /// (X2, X3). It runs off the tool's task and must return quickly, without side effects.
+    pub fn set_on_cancel(&self, on_cancel: impl FnOnce() -> Option<String> + Send + 'static) {
+        self.inner.record.set_on_cancel(Box::new(on_cancel));
+    }
+
+    /// Removes the registered `on_cancel` callback.
+    pub fn clear_on_cancel(&self) {
+        self.inner.record.clear_on_cancel();
+    }
+
+    /// Reports progress to the user (a `ToolProgress` event). A report with the same `id`
+    /// replaces the earlier one. Reports never reach the model, and are dropped after a cancel
+    /// (X11, X13).
+    pub fn report(&self, message: impl AsRef<str>, id: Option<&str>) {
+        if let Some(progress) = &self.inner.progress {
+            let message = message.as_ref();
+            self.inner
+                .record
+                .while_running(|| progress(&self.inner.record.call_id, id, message));
+        }
+    }
+
+    /// How the call was approved, for tools that require approval (A8); `None` otherwise.
+    pub fn user_action(&self) -> Option<UserAction> {
+        self.inner.user_action
+    }
+
+    pub(crate) fn cancel_grace(&self) -> Duration {
+        self.inner.cancel_grace
     }
 }

@@ -29,6 +29,8 @@
 //! Register tools in a [`Toolkit`]; it validates arguments against the schema, applies preset
 //! arguments, manages tool groups, and turns every failure into a result the model can read.
 
+mod approval;
+mod call;
 mod context;
 mod function;
 mod meta;
@@ -38,7 +40,17 @@ pub(crate) mod schema;
 mod toolkit;
 
 pub use agentry_macros::tool;
-pub use context::ToolContext;
+pub(crate) use approval::grant_key;
+pub use approval::{
+    ApprovalDecision, ApprovalRequest, CallPolicy, DecisionSource, SessionApprovalScope, UserAction,
+};
+pub use call::{
+    CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, DECLINED,
+    INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
+};
+pub(crate) use call::{CallRecord, CancelCommit, OnCancel};
+pub(crate) use context::ProgressFn;
+pub use context::{DEFAULT_CANCEL_GRACE, ToolContext};
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
 pub use response::ToolResponse;

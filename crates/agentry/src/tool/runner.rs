@@ -68,7 +68,8 @@ async fn drive(
     tx: mpsc::Sender<ToolResponse>,
 ) {
     let tool = Arc::clone(&entry.tool);
-    let started = std::panic::catch_unwind(AssertUnwindSafe(move || tool.call(args, ctx)));
+    let body_ctx = ctx.clone();
+    let started = std::panic::catch_unwind(AssertUnwindSafe(move || tool.call(args, body_ctx)));
     let mut stream: ToolStream = match started {
         Ok(stream) => stream,
         Err(payload) => {
@@ -80,7 +81,14 @@ async fn drive(
     // The last non-final chunk, kept so an error or an early end can build on its content.
     let mut previous: Option<ToolResponse> = None;
     loop {
-        let next = AssertUnwindSafe(stream.next()).catch_unwind().await;
+        let next = tokio::select! {
+            biased;
+            () = ctx.cancelled() => {
+                unwind(stream, ctx.cancel_grace()).await;
+                return;
+            }
+            next = AssertUnwindSafe(stream.next()).catch_unwind() => next,
+        };
         let chunk = match next {
             Ok(Some(Ok(chunk))) => chunk,
             Ok(Some(Err(error))) => {
@@ -111,10 +119,24 @@ async fn drive(
         if !is_last {
             previous = Some(chunk.clone());
         }
-        if tx.send(chunk).await.is_err() || is_last {
+        if is_last {
+            let _ = tx.send(chunk).await;
+            return;
+        }
+        if tx.send(chunk).await.is_err() {
+            // Nobody reads the result any more (the reply went away): stop like a cancel.
+            unwind(stream, ctx.cancel_grace()).await;
             return;
         }
     }
+}
+
+/// After a cancel: keeps polling the body for at most `grace` so cooperative code can unwind,
+/// discarding whatever it produces (X11), then drops it (X14).
+async fn unwind(mut stream: ToolStream, grace: std::time::Duration) {
+    let drain =
+        async { while let Ok(Some(_discarded)) = AssertUnwindSafe(stream.next()).catch_unwind().await {} };
+    let _ = tokio::time::timeout(grace, drain).await;
 }
 
 /// The final chunk after an error: what was streamed so far, then the error text.

@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::{Map, Value};
 
+use super::approval::{ApprovalRequest, CallPolicy, SessionApprovalScope};
 use super::runner::{failure, run_tool};
 use super::schema::{remove_presets, schema_errors, strip_titles, unusable_arguments};
 use super::{Tool, ToolContext, ToolResponse, meta};
@@ -52,6 +53,7 @@ pub struct ToolOptions {
     preset_args: Map<String, Value>,
     namesake: NamesakeStrategy,
     postprocess: Option<Postprocess>,
+    policy: CallPolicy,
 }
 
 impl ToolOptions {
@@ -88,6 +90,50 @@ impl ToolOptions {
     /// What to do if the name is taken.
     pub fn namesake(mut self, strategy: NamesakeStrategy) -> Self {
         self.namesake = strategy;
+        self
+    }
+
+    /// Every call must be approved by the user before it runs (spec A1).
+    pub fn require_approval(mut self, required: bool) -> Self {
+        self.policy.require_approval = required;
+        self
+    }
+
+    /// Calls may be approved automatically when the agent's `auto_approve_tools` is on too (A4).
+    pub fn auto_approve(mut self, auto: bool) -> Self {
+        self.policy.auto_approve = auto;
+        self
+    }
+
+    /// Builds the request shown to the user from the call's arguments (A5). It must be free of
+    /// side effects (A19); when it fails, a generic request is shown instead (A6).
+    pub fn approval_request(
+        mut self,
+        f: impl Fn(&Map<String, Value>) -> Result<ApprovalRequest, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.policy.request = Some(Arc::new(f));
+        self
+    }
+
+    /// Builds what the model reads when the user declines a call (A10).
+    pub fn declined_message(
+        mut self,
+        f: impl Fn(&Map<String, Value>, Option<&str>) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.policy.declined_message = Some(Arc::new(f));
+        self
+    }
+
+    /// How "for this session" decisions match later calls (A12; default: same arguments).
+    pub fn session_scope(mut self, scope: SessionApprovalScope) -> Self {
+        self.policy.session_scope = scope;
+        self
+    }
+
+    /// Stops a call that runs longer than this (T1, T2); time spent waiting for approval does
+    /// not count (A18).
+    pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.policy.timeout = Some(timeout);
         self
     }
 
@@ -151,6 +197,7 @@ pub(super) struct RegisteredTool {
     pub(super) validator: jsonschema::Validator,
     pub(super) preset_args: Map<String, Value>,
     pub(super) postprocess: Option<Postprocess>,
+    pub(super) policy: CallPolicy,
 }
 
 #[derive(Default)]
@@ -308,6 +355,7 @@ impl Toolkit {
             validator,
             preset_args: options.preset_args,
             postprocess: options.postprocess,
+            policy: options.policy,
         });
         match registry.index.get(&name) {
             Some(&i) => registry.tools[i] = entry,
@@ -331,6 +379,18 @@ impl Toolkit {
         registry.reindex();
         registry.refresh_schemas();
         true
+    }
+
+    /// The approval and timeout settings of a tool (default settings for unknown names and the
+    /// meta tool).
+    pub fn policy(&self, name: &str) -> CallPolicy {
+        let registry = self.read();
+        registry
+            .index
+            .get(name)
+            .and_then(|&i| registry.tools.get(i))
+            .map(|t| t.policy.clone())
+            .unwrap_or_default()
     }
 
     /// The names of all registered tools, in registration order.

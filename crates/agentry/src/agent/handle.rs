@@ -1,0 +1,250 @@
+//! Driving a running reply from anywhere: cancel a call, cancel the reply, decide an approval.
+//!
+//! Every operation commits its state transition and returns; none awaits a tool body, an
+//! `on_cancel` callback or the network (spec C1).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::AgentInner;
+use super::events::{AgentEvent, CancelTarget, EventHub};
+use crate::tool::{ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, ToolCallState};
+
+/// Why a decision was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApprovalError {
+    /// The call is not waiting for approval: unknown, already decided, cancelled or finished
+    /// (spec A16). Nothing changed.
+    #[error("the call {0:?} is not waiting for approval")]
+    NotPending(String),
+}
+
+#[derive(Default)]
+struct ReplyState {
+    cancelled: bool,
+    finished: bool,
+    calls: Vec<Arc<CallRecord>>,
+    approvals: HashMap<String, oneshot::Sender<ApprovalDecision>>,
+}
+
+/// The reply that is running now, as the handle and the loop share it.
+pub(crate) struct ActiveReply {
+    pub(crate) reply_id: String,
+    pub(crate) token: CancellationToken,
+    pub(crate) sink: Option<mpsc::UnboundedSender<AgentEvent>>,
+    state: Mutex<ReplyState>,
+}
+
+impl ActiveReply {
+    pub(crate) fn new(reply_id: String, sink: Option<mpsc::UnboundedSender<AgentEvent>>) -> Arc<Self> {
+        Arc::new(ActiveReply {
+            reply_id,
+            token: CancellationToken::new(),
+            sink,
+            state: Mutex::new(ReplyState::default()),
+        })
+    }
+
+    // Mutations complete before anything can panic, so a poisoned lock holds consistent data.
+    fn state(&self) -> MutexGuard<'_, ReplyState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.state().cancelled
+    }
+
+    pub(crate) fn emit(&self, hub: &EventHub, event: AgentEvent) {
+        hub.emit(&event);
+        if let Some(sink) = &self.sink {
+            let _ = sink.send(event);
+        }
+    }
+
+    pub(crate) fn has_listeners(&self, hub: &EventHub) -> bool {
+        self.sink.as_ref().is_some_and(|s| !s.is_closed()) || hub.has_subscribers()
+    }
+
+    /// Makes a call cancellable (C4). Once the reply is cancelled, new calls are closed as
+    /// cancelled before start.
+    pub(crate) fn register(&self, hub: &EventHub, record: &Arc<CallRecord>) {
+        let mut state = self.state();
+        state.calls.push(Arc::clone(record));
+        if state.cancelled {
+            drop(state);
+            self.cancel_record(hub, record, CancelReason::Reply);
+        }
+    }
+
+    pub(crate) fn call(&self, call_id: &str) -> Option<Arc<CallRecord>> {
+        self.state().calls.iter().find(|r| r.call_id == call_id).cloned()
+    }
+
+    /// Commits a cancel of one call; its `CancelRequested` is emitted before anything else of
+    /// this call can finish (C7).
+    pub(crate) fn cancel_record(
+        &self,
+        hub: &EventHub,
+        record: &CallRecord,
+        reason: CancelReason,
+    ) -> CancelOutcome {
+        let commit = record.cancel(reason, || {
+            self.emit(
+                hub,
+                AgentEvent::CancelRequested {
+                    reply_id: self.reply_id.clone(),
+                    target: CancelTarget::Call(record.call_id.clone()),
+                    reason,
+                },
+            );
+        });
+        match commit {
+            CancelCommit::BeforeStart { was_pending_approval } => {
+                if was_pending_approval {
+                    // The pending decision can no longer be given (A16).
+                    self.state().approvals.remove(&record.call_id);
+                }
+                CancelOutcome::Cancelled
+            }
+            CancelCommit::Running => CancelOutcome::Cancelled,
+            CancelCommit::Refused(outcome) => outcome,
+        }
+    }
+
+    /// Cancels the reply and every call of it that has not ended (R2).
+    pub(crate) fn cancel(&self, hub: &EventHub) -> CancelOutcome {
+        let calls = {
+            let mut state = self.state();
+            if state.finished {
+                return CancelOutcome::AlreadyFinished(None);
+            }
+            if state.cancelled {
+                return CancelOutcome::AlreadyCancelled;
+            }
+            state.cancelled = true;
+            self.emit(
+                hub,
+                AgentEvent::CancelRequested {
+                    reply_id: self.reply_id.clone(),
+                    target: CancelTarget::Reply,
+                    reason: CancelReason::Reply,
+                },
+            );
+            state.calls.clone()
+        };
+        for record in &calls {
+            self.cancel_record(hub, record, CancelReason::Reply);
+        }
+        self.token.cancel();
+        CancelOutcome::Cancelled
+    }
+
+    /// Waits for a decision on `call_id`; `None` if the record stopped pending meanwhile.
+    pub(crate) fn expect_decision(&self, record: &CallRecord) -> Option<oneshot::Receiver<ApprovalDecision>> {
+        let mut state = self.state();
+        if !record.is_pending_approval() {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        state.approvals.insert(record.call_id.clone(), tx);
+        Some(rx)
+    }
+
+    pub(crate) fn forget_decision(&self, call_id: &str) {
+        self.state().approvals.remove(call_id);
+    }
+
+    fn decide(&self, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+        let sender = self.state().approvals.remove(call_id);
+        match sender {
+            Some(sender) => sender
+                .send(decision)
+                .map_err(|_| ApprovalError::NotPending(call_id.to_owned())),
+            None => Err(ApprovalError::NotPending(call_id.to_owned())),
+        }
+    }
+
+    /// Marks the reply over; returns the terminal states of its calls.
+    pub(crate) fn finish(&self) -> Vec<(String, ToolCallState)> {
+        let mut state = self.state();
+        state.finished = true;
+        state.approvals.clear();
+        state
+            .calls
+            .iter()
+            .filter_map(|r| r.terminal().map(|t| (r.call_id.clone(), t)))
+            .collect()
+    }
+}
+
+/// Drives the agent's running reply from another task or thread: the terminal's Ctrl-C, a web
+/// page, a test. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(agent: agentry::agent::ReActAgent) {
+/// use agentry::message::Msg;
+/// let handle = agent.handle();
+/// let run = agent.start_reply(Msg::user("search the whole disk"));
+/// // ... later, from anywhere:
+/// handle.cancel_reply();
+/// let reply = run.finish().await;
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct AgentHandle {
+    pub(crate) inner: Arc<AgentInner>,
+}
+
+impl std::fmt::Debug for AgentHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHandle")
+            .field("agent", &self.inner.name)
+            .finish()
+    }
+}
+
+impl AgentHandle {
+    /// Cancels one tool call of the running reply, in whatever phase it is (spec 3.5); the reply
+    /// goes on (P6). Calls of earlier replies answer `AlreadyFinished` (C3), unknown ids
+    /// `NotFound` (C4).
+    pub fn cancel_call(&self, call_id: &str) -> CancelOutcome {
+        if let Some(reply) = self.inner.active_reply()
+            && let Some(record) = reply.call(call_id)
+        {
+            return reply.cancel_record(&self.inner.events, &record, CancelReason::User);
+        }
+        match self.inner.finished_call(call_id) {
+            Some(ToolCallState::Cancelled { .. }) => CancelOutcome::AlreadyCancelled,
+            Some(state) => CancelOutcome::AlreadyFinished(Some(state)),
+            None => CancelOutcome::NotFound,
+        }
+    }
+
+    /// Cancels the running reply: every unfinished call is cancelled in its phase, a streaming
+    /// model answer is cut, and no further model request is made (R2-R4). `AlreadyFinished(None)`
+    /// when no reply runs (C5).
+    pub fn cancel_reply(&self) -> CancelOutcome {
+        match self.inner.active_reply() {
+            Some(reply) => reply.cancel(&self.inner.events),
+            None => CancelOutcome::AlreadyFinished(None),
+        }
+    }
+
+    /// Answers an approval request (spec 3.2). The first decision wins; a decision for a call
+    /// that is not waiting for one is refused and changes nothing (A16).
+    pub fn decide(&self, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+        match self.inner.active_reply() {
+            Some(reply) => reply.decide(call_id, decision),
+            None => Err(ApprovalError::NotPending(call_id.to_owned())),
+        }
+    }
+
+    /// Whether a reply is running now.
+    pub fn is_replying(&self) -> bool {
+        self.inner.active_reply().is_some()
+    }
+}

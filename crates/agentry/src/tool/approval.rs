@@ -1,0 +1,159 @@
+//! Approval of tool calls before they run (spec `cancellation.md` 3.2).
+//!
+//! A tool that requires approval is shown to the user before its body may run. A decline is
+//! not a cancel: the model is told the user declined, and the reply goes on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// What the user is asked (spec A5).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// A short title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What will happen and why approval is needed.
+    pub message: String,
+    /// Something to look at before deciding (e.g. the text a file would get).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
+    /// Label of the approve button (default "Allow").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_label: Option<String>,
+    /// Label of the decline button (default "Decline").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secondary_label: Option<String>,
+}
+
+impl ApprovalRequest {
+    /// A request with just a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ApprovalRequest {
+            message: message.into(),
+            ..ApprovalRequest::default()
+        }
+    }
+
+    /// The generic request used when a tool has no request function or it failed (A6).
+    pub fn generic(tool: &str, args: &Map<String, Value>) -> Self {
+        ApprovalRequest {
+            title: Some(format!("Run {tool}?")),
+            message: format!(
+                "The assistant wants to run the tool \"{tool}\" with these arguments:\n{}",
+                serde_json::to_string_pretty(args)
+                    .unwrap_or_else(|_| Value::Object(args.clone()).to_string())
+            ),
+            ..ApprovalRequest::default()
+        }
+    }
+}
+
+/// The user's answer to an approval request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Run this call.
+    Approve,
+    /// Run this call and, in this session, matching calls without asking (A12).
+    ApproveForSession,
+    /// Do not run this call.
+    Decline {
+        /// Why, for the model.
+        reason: Option<String>,
+    },
+    /// Do not run this call nor, in this session, matching calls (A13).
+    DeclineForSession {
+        /// Why, for the model.
+        reason: Option<String>,
+    },
+    /// Do not run this call, and stop the whole reply (A11).
+    DeclineAndStop {
+        /// Why, for the model.
+        reason: Option<String>,
+    },
+}
+
+/// Where a decision came from (spec Y3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionSource {
+    /// The user decided.
+    User,
+    /// Auto-approval (agent setting and tool flag).
+    Auto,
+    /// A grant stored earlier in the session.
+    SessionGrant,
+    /// Nobody could decide (no listener, closed channel, timeout): declined, fail-closed.
+    NoDecision,
+}
+
+/// What an approved tool's body is told (spec A8). The body never runs unless
+/// `primary_confirmed` is true.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserAction {
+    /// The user (or auto-approval) approved.
+    pub primary_confirmed: bool,
+    /// The user declined (never true for a running body).
+    pub secondary_confirmed: bool,
+    /// The approval was automatic (auto-approval or a session grant).
+    pub automatic: bool,
+}
+
+/// How a session grant matches later calls (spec A12).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionApprovalScope {
+    /// Same tool and the same arguments (canonical JSON).
+    #[default]
+    SameArguments,
+    /// Same tool, any arguments.
+    AnyArguments,
+}
+
+/// Builds the approval request from the call's arguments; must be free of side effects (A19).
+pub type RequestFn = Arc<dyn Fn(&Map<String, Value>) -> Result<ApprovalRequest, String> + Send + Sync>;
+/// Builds the model-visible text of a declined call from its arguments and the user's reason.
+pub type DeclinedFn = Arc<dyn Fn(&Map<String, Value>, Option<&str>) -> String + Send + Sync>;
+
+/// A tool's approval and timeout settings, set at registration.
+#[derive(Clone, Default)]
+pub struct CallPolicy {
+    /// The call must be approved before it runs (A1).
+    pub require_approval: bool,
+    /// The call may be approved automatically when the agent allows it too (A4).
+    pub auto_approve: bool,
+    /// Builds the request shown to the user (A5); a generic one is used otherwise.
+    pub request: Option<RequestFn>,
+    /// Builds the model-visible text of a decline (A10); `DECLINED` otherwise.
+    pub declined_message: Option<DeclinedFn>,
+    /// How session grants match (A12).
+    pub session_scope: SessionApprovalScope,
+    /// Execution timeout (T1); none by default for local tools.
+    pub timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for CallPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallPolicy")
+            .field("require_approval", &self.require_approval)
+            .field("auto_approve", &self.auto_approve)
+            .field("request", &self.request.is_some())
+            .field("declined_message", &self.declined_message.is_some())
+            .field("session_scope", &self.session_scope)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// The key of a session grant: the tool, and the canonical arguments unless the scope is
+/// [`SessionApprovalScope::AnyArguments`].
+pub(crate) fn grant_key(tool: &str, args: &Map<String, Value>, scope: SessionApprovalScope) -> String {
+    match scope {
+        // serde_json's map is ordered by key, so this text is canonical.
+        SessionApprovalScope::SameArguments => format!("{tool}\u{0}{}", Value::Object(args.clone())),
+        SessionApprovalScope::AnyArguments => tool.to_owned(),
+    }
+}

@@ -1,0 +1,456 @@
+//! The life of one tool call: its state machine (spec `cancellation.md` 3.0), its cancellation
+//! token and its `on_cancel` slot.
+//!
+//! Every transition happens under one lock, so when completion, cancellation, timeout and
+//! decline race, the first committed transition wins and the others change nothing (S1, S2).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+/// The model-visible result of a declined call (spec 3.0).
+pub const DECLINED: &str =
+    "The user declined this tool call, so it was not run. Do not call it again unless the user asks for it.";
+/// The model-visible result of a call cancelled before it started.
+pub const CANCELLED_BEFORE_START: &str =
+    "The user cancelled this tool call before it started, so it was not run.";
+/// The model-visible result of a call cancelled while running, without partial results.
+pub const CANCELLED_RUNNING: &str =
+    "The user cancelled this tool call while it was running. It may have partly run; no result is available.";
+/// The model-visible result of a call stopped because the agent stopped (e.g. a restart).
+pub const INTERRUPTED_RESTART: &str = "This tool call was interrupted because the agent stopped before it finished. \
+     It may have partly run; no result is available.";
+
+/// The model-visible result of a timed-out call (spec T2).
+pub fn timed_out_text(timeout: Duration, partial: Option<&str>) -> String {
+    let secs = timeout.as_secs_f64();
+    let secs = if secs.fract() == 0.0 {
+        format!("{secs:.0}")
+    } else {
+        format!("{secs}")
+    };
+    let mut text =
+        format!("This tool call timed out after {secs} s and was stopped. It may have partly run.");
+    if let Some(partial) = partial {
+        text.push_str("\nPartial result:\n");
+        text.push_str(partial);
+    }
+    text
+}
+
+/// The model-visible result of a declined call: `DECLINED`, plus the user's reason.
+pub fn declined_text(reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{DECLINED}\nUser's reason: {reason}"),
+        None => DECLINED.to_owned(),
+    }
+}
+
+/// When a cancel happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelPhase {
+    /// Before the body was invoked (pending approval or queued).
+    BeforeStart,
+    /// While the body ran.
+    Running,
+}
+
+/// Who or what cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// The user cancelled this call.
+    User,
+    /// The whole reply was cancelled.
+    Reply,
+    /// The agent stopped (a restart found the call unfinished).
+    Restart,
+}
+
+/// How a tool call ended (its terminal state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolCallState {
+    /// The tool produced its result.
+    Completed,
+    /// The call failed: unknown tool, invalid arguments, the tool's error or panic.
+    Failed,
+    /// The user declined the call; it never ran.
+    Declined {
+        /// The user's reason, if given.
+        reason: Option<String>,
+    },
+    /// The call was cancelled.
+    Cancelled {
+        /// Before or during execution.
+        phase: CancelPhase,
+        /// Whether `on_cancel` handed back a partial result.
+        partial: bool,
+        /// Who cancelled.
+        reason: CancelReason,
+    },
+    /// The call ran past its timeout and was stopped.
+    TimedOut {
+        /// Whether `on_cancel` handed back a partial result.
+        partial: bool,
+    },
+}
+
+impl ToolCallState {
+    /// Whether the model sees this result as an error (spec Y2).
+    pub fn is_error(&self) -> bool {
+        !matches!(self, ToolCallState::Completed)
+    }
+
+    /// A short name: `completed`, `failed`, `declined`, `cancelled`, `timed_out`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToolCallState::Completed => "completed",
+            ToolCallState::Failed => "failed",
+            ToolCallState::Declined { .. } => "declined",
+            ToolCallState::Cancelled { .. } => "cancelled",
+            ToolCallState::TimedOut { .. } => "timed_out",
+        }
+    }
+}
+
+/// What a cancel request achieved (spec C1-C5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The cancel was accepted now.
+    Cancelled,
+    /// It had been cancelled already; nothing more happens.
+    AlreadyCancelled,
+    /// It had already ended in this state (for a reply: it was not running); nothing changes.
+    AlreadyFinished(Option<ToolCallState>),
+    /// No call with this id is known in this session.
+    NotFound,
+}
+
+/// A callback that hands back partial results when the call is cancelled.
+pub type OnCancel = Box<dyn FnOnce() -> Option<String> + Send + 'static>;
+
+/// What stopped a running call before it finished.
+pub(crate) enum Stop {
+    Cancel(CancelReason),
+    Timeout(Duration),
+}
+
+/// Where a call is in its life.
+pub(crate) enum Phase {
+    PendingApproval,
+    Queued,
+    Running,
+    /// A running call was cancelled or timed out: the outcome is decided, results are discarded,
+    /// and `on_cancel` (taken from the slot at the moment of the cancel) is to be run.
+    Stopping(Stop),
+    Finished(ToolCallState),
+}
+
+struct Inner {
+    phase: Phase,
+    on_cancel: Option<OnCancel>,
+}
+
+/// One call's shared record: state, token and `on_cancel` slot.
+pub(crate) struct CallRecord {
+    pub(crate) call_id: String,
+    pub(crate) tool_name: String,
+    pub(crate) token: CancellationToken,
+    inner: Mutex<Inner>,
+}
+
+/// The result of committing a cancel on a record.
+pub(crate) enum CancelCommit {
+    /// Cancelled before start: the record is finished.
+    BeforeStart { was_pending_approval: bool },
+    /// Cancelled while running: the record is stopping.
+    Running,
+    /// Nothing changed.
+    Refused(CancelOutcome),
+}
+
+impl CallRecord {
+    pub(crate) fn new(
+        call_id: String,
+        tool_name: String,
+        token: CancellationToken,
+        pending_approval: bool,
+    ) -> Arc<Self> {
+        Arc::new(CallRecord {
+            call_id,
+            tool_name,
+            token,
+            inner: Mutex::new(Inner {
+                phase: if pending_approval {
+                    Phase::PendingApproval
+                } else {
+                    Phase::Queued
+                },
+                on_cancel: None,
+            }),
+        })
+    }
+
+    // Every mutation below completes before anything can panic, so a poisoned lock still holds
+    // consistent data.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The terminal state, if the call has one.
+    pub(crate) fn terminal(&self) -> Option<ToolCallState> {
+        match &self.lock().phase {
+            Phase::Finished(state) => Some(state.clone()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_pending_approval(&self) -> bool {
+        matches!(self.lock().phase, Phase::PendingApproval)
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self.lock().phase, Phase::Running)
+    }
+
+    /// PendingApproval → Queued (approved).
+    pub(crate) fn approve(&self) -> bool {
+        let mut inner = self.lock();
+        if matches!(inner.phase, Phase::PendingApproval) {
+            inner.phase = Phase::Queued;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Queued → Running.
+    pub(crate) fn start(&self) -> bool {
+        let mut inner = self.lock();
+        if matches!(inner.phase, Phase::Queued) {
+            inner.phase = Phase::Running;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A non-terminal, non-stopping call → `state`. Clears the `on_cancel` slot (X4).
+    pub(crate) fn finish(&self, state: ToolCallState) -> bool {
+        let mut inner = self.lock();
+        match inner.phase {
+            Phase::PendingApproval | Phase::Queued | Phase::Running => {
+                inner.phase = Phase::Finished(state);
+                inner.on_cancel = None;
+                true
+            }
+            Phase::Stopping(_) | Phase::Finished(_) => false,
+        }
+    }
+
+    /// Stopping → its final state, once `on_cancel` has answered.
+    pub(crate) fn settle(&self, partial: bool) -> Option<ToolCallState> {
+        let mut inner = self.lock();
+        let state = match &inner.phase {
+            Phase::Stopping(Stop::Cancel(reason)) => ToolCallState::Cancelled {
+                phase: CancelPhase::Running,
+                partial,
+                reason: *reason,
+            },
+            Phase::Stopping(Stop::Timeout(_)) => ToolCallState::TimedOut { partial },
+            _ => return None,
+        };
+        inner.phase = Phase::Finished(state.clone());
+        Some(state)
+    }
+
+    /// Commits a cancel (C1-C3). `announce` runs under the lock once the cancel is accepted, so
+    /// its event comes before any `ToolFinished` of this call (C7); the token is cancelled after.
+    pub(crate) fn cancel(&self, reason: CancelReason, announce: impl FnOnce()) -> CancelCommit {
+        let mut inner = self.lock();
+        let commit = match &inner.phase {
+            Phase::PendingApproval | Phase::Queued => {
+                let was_pending_approval = matches!(inner.phase, Phase::PendingApproval);
+                inner.phase = Phase::Finished(ToolCallState::Cancelled {
+                    phase: CancelPhase::BeforeStart,
+                    partial: false,
+                    reason,
+                });
+                inner.on_cancel = None;
+                CancelCommit::BeforeStart { was_pending_approval }
+            }
+            Phase::Running => {
+                inner.phase = Phase::Stopping(Stop::Cancel(reason));
+                CancelCommit::Running
+            }
+            Phase::Stopping(Stop::Cancel(_)) => {
+                return CancelCommit::Refused(CancelOutcome::AlreadyCancelled);
+            }
+            Phase::Stopping(Stop::Timeout(_)) => {
+                return CancelCommit::Refused(CancelOutcome::AlreadyFinished(Some(
+                    ToolCallState::TimedOut { partial: false },
+                )));
+            }
+            Phase::Finished(ToolCallState::Cancelled { .. }) => {
+                return CancelCommit::Refused(CancelOutcome::AlreadyCancelled);
+            }
+            Phase::Finished(state) => {
+                return CancelCommit::Refused(CancelOutcome::AlreadyFinished(Some(state.clone())));
+            }
+        };
+        announce();
+        drop(inner);
+        self.token.cancel();
+        commit
+    }
+
+    /// Running → Stopping(timeout) (T2); false when another transition won (T3).
+    pub(crate) fn time_out(&self, after: Duration) -> bool {
+        let mut inner = self.lock();
+        if !matches!(inner.phase, Phase::Running) {
+            return false;
+        }
+        inner.phase = Phase::Stopping(Stop::Timeout(after));
+        drop(inner);
+        self.token.cancel();
+        true
+    }
+
+    /// The callback registered for this call, taken out of the slot (at most once, X5).
+    pub(crate) fn take_on_cancel(&self) -> Option<OnCancel> {
+        self.lock().on_cancel.take()
+    }
+
+    /// What stopped the call, while it is stopping.
+    pub(crate) fn stop_reason(&self) -> Option<Result<CancelReason, Duration>> {
+        match &self.lock().phase {
+            Phase::Stopping(Stop::Cancel(reason)) => Some(Ok(*reason)),
+            Phase::Stopping(Stop::Timeout(after)) => Some(Err(*after)),
+            _ => None,
+        }
+    }
+
+    /// Registers `on_cancel` if the call is running (X2, X3).
+    pub(crate) fn set_on_cancel(&self, callback: OnCancel) -> bool {
+        let mut inner = self.lock();
+        if matches!(inner.phase, Phase::Running) {
+            inner.on_cancel = Some(callback);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Removes the registered `on_cancel` if the call is running.
+    pub(crate) fn clear_on_cancel(&self) {
+        let mut inner = self.lock();
+        if matches!(inner.phase, Phase::Running) {
+            inner.on_cancel = None;
+        }
+    }
+
+    /// Runs `f` while the call is running, under the lock (so nothing after a cancel slips out).
+    pub(crate) fn while_running(&self, f: impl FnOnce()) -> bool {
+        let inner = self.lock();
+        if matches!(inner.phase, Phase::Running) {
+            f();
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Arc<CallRecord> {
+        CallRecord::new("c".into(), "t".into(), CancellationToken::new(), false)
+    }
+
+    #[test]
+    fn s1_terminal_state_never_changes() {
+        let r = record();
+        assert!(r.start());
+        assert!(r.finish(ToolCallState::Completed));
+        assert!(!r.finish(ToolCallState::Failed));
+        assert!(matches!(
+            r.cancel(CancelReason::User, || {}),
+            CancelCommit::Refused(CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed)))
+        ));
+        assert!(!r.time_out(Duration::from_secs(1)));
+        assert_eq!(r.terminal(), Some(ToolCallState::Completed));
+        assert!(
+            !r.token.is_cancelled(),
+            "a refused cancel does not touch the token"
+        );
+    }
+
+    #[test]
+    fn cancel_before_start_and_while_running() {
+        let queued = record();
+        assert!(matches!(
+            queued.cancel(CancelReason::User, || {}),
+            CancelCommit::BeforeStart {
+                was_pending_approval: false
+            }
+        ));
+        assert!(!queued.start(), "a cancelled call never starts (P1)");
+        let running = record();
+        running.start();
+        assert!(running.set_on_cancel(Box::new(|| Some("partial".into()))));
+        assert!(matches!(
+            running.cancel(CancelReason::Reply, || {}),
+            CancelCommit::Running
+        ));
+        assert!(running.token.is_cancelled());
+        assert!(
+            !running.finish(ToolCallState::Completed),
+            "a late completion loses (S2)"
+        );
+        assert!(
+            !running.set_on_cancel(Box::new(|| None)),
+            "no registration after the cancel (X2)"
+        );
+        assert_eq!(
+            running.take_on_cancel().map(|f| f()),
+            Some(Some("partial".to_owned()))
+        );
+        assert!(running.take_on_cancel().is_none(), "taken once (X5)");
+        assert!(matches!(
+            running.cancel(CancelReason::User, || {}),
+            CancelCommit::Refused(CancelOutcome::AlreadyCancelled)
+        ));
+        assert_eq!(
+            running.settle(true),
+            Some(ToolCallState::Cancelled {
+                phase: CancelPhase::Running,
+                partial: true,
+                reason: CancelReason::Reply
+            })
+        );
+    }
+
+    #[test]
+    fn texts_are_exact() {
+        assert_eq!(
+            timed_out_text(Duration::from_secs(30), None),
+            "This tool call timed out after 30 s and was stopped. It may have partly run."
+        );
+        assert_eq!(
+            timed_out_text(Duration::from_millis(1500), Some("p")),
+            "This tool call timed out after 1.5 s and was stopped. It may have partly run.\nPartial result:\np"
+        );
+        assert_eq!(
+            declined_text(Some("  too risky ")),
+            format!("{DECLINED}\nUser's reason: too risky")
+        );
+        assert_eq!(declined_text(Some(" ")), DECLINED);
+    }
+}
