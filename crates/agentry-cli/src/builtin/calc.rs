@@ -1,12 +1,33 @@
 //! `calculate`: exact, safe arithmetic for the model (no eval, no I/O).
+//!
+//! A small recursive-descent parser over `f64`:
+//!
+//! ```text
+//! expr    := term (('+' | '-') term)*
+//! term    := unary (('*' | '/' | '%') unary)*
+//! unary   := ('-' | '+') unary | power          -2^2 = -4
+//! power   := primary ('^' unary)?               right-associative: 2^3^2 = 2^9
+//! primary := number | constant | name '(' expr (',' expr)* ')' | '(' expr ')'
+//! ```
+//!
+//! Every error names the 1-based character position it happened at and what was expected.
 
-const MAX_LEN: usize = 1000;
-const MAX_DEPTH: usize = 100;
+/// Longest expression accepted, in characters.
+pub const MAX_LEN: usize = 1000;
+/// Deepest nesting accepted: parentheses, function calls, signs and exponents each add a level.
+pub const MAX_DEPTH: usize = 100;
+
+const FUNCTIONS: [&str; 12] = [
+    "sqrt", "abs", "round", "floor", "ceil", "ln", "log10", "sin", "cos", "tan", "min", "max",
+];
 
 /// Evaluates an arithmetic expression; errors say where and what was expected.
 pub fn evaluate(expression: &str) -> Result<f64, String> {
-    if expression.chars().count() > MAX_LEN {
-        return Err(format!("the expression is longer than {MAX_LEN} characters"));
+    let length = expression.chars().count();
+    if length > MAX_LEN {
+        return Err(format!(
+            "the expression is {length} characters long; at most {MAX_LEN} are accepted"
+        ));
     }
     let mut parser = Parser {
         chars: expression.chars().collect(),
@@ -15,29 +36,58 @@ pub fn evaluate(expression: &str) -> Result<f64, String> {
     };
     parser.skip_space();
     if parser.at_end() {
-        return Err("the expression is empty".into());
+        return Err("the expression is empty; expected a number, a function or '('".into());
     }
     let value = parser.expr()?;
     parser.skip_space();
     if let Some(c) = parser.peek() {
-        return Err(parser.error(&format!("unexpected {c:?}; expected an operator or the end")));
+        let hint = if c == ')' {
+            " (this ')' has no matching '(')"
+        } else {
+            ""
+        };
+        return Err(parser.error(&format!(
+            "unexpected {c:?}{hint}; expected an operator (+ - * / % ^) or the end of the expression"
+        )));
     }
-    if value.is_nan() {
-        return Err("the result is not a number (e.g. sqrt of a negative number or 0/0)".into());
-    }
-    if value.is_infinite() {
-        return Err("the result is infinite (overflow)".into());
-    }
-    Ok(value)
+    // Every step is checked already; this only guards the invariant.
+    finite(value, 0, || "the result".to_owned())
 }
 
-/// `4` rather than `4.0` for integral results; the shortest exact form otherwise.
+/// The result as text: `4` rather than `4.0` for integral values below 1e15, scientific
+/// notation (`1e20`, `1.5e-7`) for very large or very small ones, the shortest form that
+/// reads back as the same `f64` otherwise.
 pub fn format_number(value: f64) -> String {
-    if value.fract() == 0.0 && value.abs() < 1e15 {
-        let rounded = format!("{value:.0}");
-        if rounded == "-0" { "0".to_owned() } else { rounded }
+    if value == 0.0 {
+        // Also turns -0 into 0.
+        return "0".to_owned();
+    }
+    let magnitude = value.abs();
+    if !(1e-6..1e15).contains(&magnitude) {
+        format!("{value:e}")
+    } else if value.fract() == 0.0 {
+        format!("{value:.0}")
     } else {
         value.to_string()
+    }
+}
+
+/// `value` if it is a finite number; otherwise an error at `pos` (0-based) about `what`.
+fn finite(value: f64, pos: usize, what: impl FnOnce() -> String) -> Result<f64, String> {
+    if value.is_nan() {
+        Err(format!(
+            "at position {}: {} is undefined (not a real number)",
+            pos + 1,
+            what()
+        ))
+    } else if value.is_infinite() {
+        Err(format!(
+            "at position {}: {} is infinite or too large for a 64-bit float",
+            pos + 1,
+            what()
+        ))
+    } else {
+        Ok(value)
     }
 }
 
@@ -66,108 +116,138 @@ impl Parser {
         format!("at position {}: {what}", self.pos + 1)
     }
 
-    fn eat(&mut self, c: char) -> bool {
+    /// Consumes `c` (after spaces) and returns its 0-based position.
+    fn eat(&mut self, c: char) -> Option<usize> {
         self.skip_space();
         if self.peek() == Some(c) {
             self.pos += 1;
-            true
+            Some(self.pos - 1)
         } else {
-            false
+            None
         }
     }
 
-    fn enter(&mut self) -> Result<(), String> {
+    /// The 0-based position of the next non-space character.
+    fn next_pos(&mut self) -> usize {
+        self.skip_space();
+        self.pos
+    }
+
+    /// Goes one nesting level deeper; `at` is where the level starts (0-based).
+    fn enter(&mut self, at: usize) -> Result<(), String> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            return Err(self.error(&format!(
-                "the expression is nested deeper than {MAX_DEPTH} levels"
-            )));
+            return Err(format!(
+                "at position {}: the expression is nested more than {MAX_DEPTH} levels deep",
+                at + 1
+            ));
         }
         Ok(())
     }
 
-    /// expr := term (('+' | '-') term)*
-    fn expr(&mut self) -> Result<f64, String> {
-        self.enter()?;
-        let mut value = self.term()?;
-        loop {
-            if self.eat('+') {
-                value += self.term()?;
-            } else if self.eat('-') {
-                value -= self.term()?;
-            } else {
-                break;
-            }
-        }
-        self.depth -= 1;
-        Ok(value)
+    fn leave(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
     }
 
-    /// term := unary (('*' | '/' | '%') unary)*
-    fn term(&mut self) -> Result<f64, String> {
-        let mut value = self.unary()?;
+    fn expr(&mut self) -> Result<f64, String> {
+        let mut value = self.term()?;
         loop {
-            if self.eat('*') {
-                value *= self.unary()?;
-            } else if self.eat('/') {
-                let at = self.pos;
-                let divisor = self.unary()?;
-                if divisor == 0.0 {
-                    return Err(format!("at position {}: division by zero", at + 1));
-                }
-                value /= divisor;
-            } else if self.eat('%') {
-                let at = self.pos;
-                let divisor = self.unary()?;
-                if divisor == 0.0 {
-                    return Err(format!("at position {}: remainder of a division by zero", at + 1));
-                }
-                value %= divisor;
+            if let Some(at) = self.eat('+') {
+                let rhs = self.term()?;
+                value = finite(value + rhs, at, || binary(value, '+', rhs))?;
+            } else if let Some(at) = self.eat('-') {
+                let rhs = self.term()?;
+                value = finite(value - rhs, at, || binary(value, '-', rhs))?;
             } else {
                 return Ok(value);
             }
         }
     }
 
-    /// unary := ('-' | '+') unary | power   (so -2^2 = -4)
-    fn unary(&mut self) -> Result<f64, String> {
-        self.enter()?;
-        let value = if self.eat('-') {
-            -self.unary()?
-        } else if self.eat('+') {
-            self.unary()?
-        } else {
-            self.power()?
-        };
-        self.depth -= 1;
-        Ok(value)
+    fn term(&mut self) -> Result<f64, String> {
+        let mut value = self.unary()?;
+        loop {
+            if let Some(at) = self.eat('*') {
+                let rhs = self.unary()?;
+                value = finite(value * rhs, at, || binary(value, '*', rhs))?;
+            } else if let Some(at) = self.eat('/') {
+                let divisor_at = self.next_pos();
+                let rhs = self.unary()?;
+                if rhs == 0.0 {
+                    return Err(format!("at position {}: division by zero", divisor_at + 1));
+                }
+                value = finite(value / rhs, at, || binary(value, '/', rhs))?;
+            } else if let Some(at) = self.eat('%') {
+                let divisor_at = self.next_pos();
+                let rhs = self.unary()?;
+                if rhs == 0.0 {
+                    return Err(format!(
+                        "at position {}: remainder of a division by zero",
+                        divisor_at + 1
+                    ));
+                }
+                value = finite(value % rhs, at, || binary(value, '%', rhs))?;
+            } else {
+                return Ok(value);
+            }
+        }
     }
 
-    /// power := primary ('^' unary)?   (right-associative: 2^3^2 = 2^9)
+    fn unary(&mut self) -> Result<f64, String> {
+        let sign = if let Some(at) = self.eat('-') {
+            Some((at, -1.0))
+        } else {
+            self.eat('+').map(|at| (at, 1.0))
+        };
+        let Some((at, sign)) = sign else {
+            return self.power();
+        };
+        self.enter(at)?;
+        let value = self.unary()?;
+        self.leave();
+        Ok(sign * value)
+    }
+
     fn power(&mut self) -> Result<f64, String> {
         let base = self.primary()?;
-        if self.eat('^') {
-            let exponent = self.unary()?;
-            return Ok(base.powf(exponent));
-        }
-        Ok(base)
+        let Some(at) = self.eat('^') else {
+            return Ok(base);
+        };
+        self.enter(at)?;
+        let exponent = self.unary()?;
+        self.leave();
+        finite(base.powf(exponent), at, || binary(base, '^', exponent))
     }
 
     fn primary(&mut self) -> Result<f64, String> {
         self.skip_space();
         match self.peek() {
-            None => Err(self.error("unexpected end; expected a number, a function or '('")),
+            None => Err(self.error("unexpected end of the expression; expected a number, a function or '('")),
             Some('(') => {
+                let open = self.pos;
                 self.pos += 1;
+                self.enter(open)?;
                 let value = self.expr()?;
-                if !self.eat(')') {
-                    return Err(self.error("expected ')'"));
+                if self.eat(')').is_none() {
+                    return Err(
+                        self.error(&format!("expected ')' to close the '(' at position {}", open + 1))
+                    );
                 }
+                self.leave();
                 Ok(value)
             }
             Some(c) if c.is_ascii_digit() || c == '.' => self.number(),
             Some(c) if c.is_alphabetic() => self.identifier(),
-            Some(c) => Err(self.error(&format!("unexpected {c:?}; expected a number, a function or '('"))),
+            Some(c) => {
+                let hint = match c {
+                    '*' => " (use ^ for powers)",
+                    ')' => " (empty parentheses or a missing operand)",
+                    _ => "",
+                };
+                Err(self.error(&format!(
+                    "unexpected {c:?}{hint}; expected a number, a function or '('"
+                )))
+            }
         }
     }
 
@@ -187,13 +267,15 @@ impl Parser {
                     self.pos += 1;
                 }
             } else {
-                // Not an exponent after all (e.g. `2e` is a number followed by `e`).
+                // Not an exponent after all (`2e` is a number followed by `e`).
                 self.pos = mark;
             }
         }
         let text: String = self.chars[start..self.pos].iter().collect();
-        text.parse::<f64>()
-            .map_err(|_| format!("at position {}: {text:?} is not a valid number", start + 1))
+        let value = text
+            .parse::<f64>()
+            .map_err(|_| format!("at position {}: {text:?} is not a valid number", start + 1))?;
+        finite(value, start, || format!("the number {text}"))
     }
 
     fn identifier(&mut self) -> Result<f64, String> {
@@ -202,27 +284,52 @@ impl Parser {
             self.pos += 1;
         }
         let name: String = self.chars[start..self.pos].iter().collect();
-        let name = name.to_ascii_lowercase();
+        let name = name.to_lowercase();
         match name.as_str() {
             "pi" => return Ok(std::f64::consts::PI),
             "e" => return Ok(std::f64::consts::E),
             _ => {}
         }
-        if !self.eat('(') {
+        let known = FUNCTIONS.contains(&name.as_str());
+        self.skip_space();
+        if !known {
+            let kind = if self.peek() == Some('(') {
+                "function"
+            } else {
+                "name"
+            };
             return Err(format!(
-                "at position {}: unknown name {name:?}; known constants are pi and e, functions need '('",
-                start + 1
+                "at position {}: unknown {kind} {name:?}; expected a number, one of the constants pi and e, \
+                 or one of the functions {}",
+                start + 1,
+                FUNCTIONS.join(" ")
             ));
         }
+        let Some(open) = self.eat('(') else {
+            return Err(self.error(&format!("expected '(' after the function {name}")));
+        };
+        self.enter(open)?;
         let mut args = vec![self.expr()?];
-        while self.eat(',') {
+        while self.eat(',').is_some() {
             args.push(self.expr()?);
         }
-        if !self.eat(')') {
-            return Err(self.error("expected ',' or ')' after a function argument"));
+        if self.eat(')').is_none() {
+            return Err(self.error(&format!(
+                "expected ',' or ')' to close the call of {name} at position {}",
+                start + 1
+            )));
         }
-        apply(&name, &args).map_err(|e| format!("at position {}: {e}", start + 1))
+        self.leave();
+        let value = apply(&name, &args).map_err(|e| format!("at position {}: {e}", start + 1))?;
+        finite(value, start, || {
+            let list: Vec<String> = args.iter().copied().map(format_number).collect();
+            format!("{name}({})", list.join(", "))
+        })
     }
+}
+
+fn binary(lhs: f64, op: char, rhs: f64) -> String {
+    format!("{} {op} {}", format_number(lhs), format_number(rhs))
 }
 
 fn apply(name: &str, args: &[f64]) -> Result<f64, String> {
@@ -241,11 +348,14 @@ fn apply(name: &str, args: &[f64]) -> Result<f64, String> {
         "sin" => one(f64::sin),
         "cos" => one(f64::cos),
         "tan" => one(f64::tan),
-        "min" | "max" if args.len() < 2 => Err(format!("{name} takes 2 or more arguments")),
+        "min" | "max" if args.len() < 2 => {
+            Err(format!("{name} takes 2 or more arguments, got {}", args.len()))
+        }
         "min" => Ok(args.iter().copied().fold(f64::INFINITY, f64::min)),
         "max" => Ok(args.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
         other => Err(format!(
-            "unknown function {other:?}; known: sqrt abs round floor ceil ln log10 sin cos tan min max"
+            "unknown function {other:?}; known: {}",
+            FUNCTIONS.join(" ")
         )),
     }
 }
@@ -266,52 +376,180 @@ mod tests {
         assert_eq!(calc("2 + 3 * 4"), "14");
         assert_eq!(calc("(2 + 3) * 4"), "20");
         assert_eq!(calc("10 - 4 - 3"), "3");
+        assert_eq!(calc("100 / 10 / 5"), "2");
+        assert_eq!(calc("2 * 3 % 4"), "2");
         assert_eq!(calc("2^3^2"), "512");
+        assert_eq!(calc("(2^3)^2"), "64");
         assert_eq!(calc("-2^2"), "-4");
+        assert_eq!(calc("(-2)^2"), "4");
         assert_eq!(calc("2^-1"), "0.5");
+        assert_eq!(calc("2 * -3"), "-6");
         assert_eq!(calc("--3"), "3");
+        assert_eq!(calc("+3 - -2"), "5");
         assert_eq!(calc("17 % 5"), "2");
+        assert_eq!(calc("-7 % 3"), "-1");
         assert_eq!(calc("1/3"), "0.3333333333333333");
         assert_eq!(calc("1.5e3 + .5"), "1500.5");
+        assert_eq!(calc("2E-3 * 1e+3"), "2");
         assert_eq!(calc("2^10"), "1024");
         assert_eq!(calc("0.1 + 0.2"), "0.30000000000000004");
         assert_eq!(calc("-0"), "0");
+        assert_eq!(calc("  \t( 1 )\n"), "1");
     }
 
     #[test]
     fn functions_and_constants() {
         assert_eq!(calc("sqrt(16) + abs(-2)"), "6");
         assert_eq!(calc("max(1, 7, 3) - min(4, 2)"), "5");
+        assert_eq!(calc("min(3, -1, 2, 0)"), "-1");
         assert_eq!(calc("round(2.5) + floor(1.9) + ceil(1.1)"), "6");
+        assert_eq!(calc("round(-2.5)"), "-3");
         assert_eq!(calc("log10(1000)"), "3");
         assert_eq!(calc("round(PI * 100)"), "314");
+        assert_eq!(calc("pi"), "3.141592653589793");
+        assert_eq!(calc("e"), "2.718281828459045");
         assert_eq!(calc("ln(e)"), "1");
-        assert_eq!(calc("cos(0)"), "1");
+        assert_eq!(calc("cos(0) + sin(0) + tan(0)"), "1");
+        assert_eq!(
+            calc("2e"),
+            "error: at position 2: unexpected 'e'; expected an operator (+ - * / % ^) or the end of the expression"
+        );
+        assert_eq!(calc("2*e"), "5.43656365691809");
+        assert_eq!(calc("sqrt (9)"), "3");
+        assert_eq!(calc("sqrt(max(2, 3) ^ 2)"), "3");
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(format_number(4.0), "4");
+        assert_eq!(format_number(-12.0), "-12");
+        assert_eq!(format_number(0.5), "0.5");
+        assert_eq!(format_number(-0.0), "0");
+        assert_eq!(format_number(999_999_999_999_999.0), "999999999999999");
+        assert_eq!(format_number(1e15), "1e15");
+        assert_eq!(format_number(1e300), "1e300");
+        assert_eq!(format_number(-2.5e20), "-2.5e20");
+        assert_eq!(format_number(0.000_001), "0.000001");
+        assert_eq!(format_number(1.5e-7), "1.5e-7");
     }
 
     #[test]
     fn errors_say_where_and_what() {
-        assert_eq!(calc(""), "error: the expression is empty");
+        assert_eq!(
+            calc(""),
+            "error: the expression is empty; expected a number, a function or '('"
+        );
+        assert!(calc("   ").contains("the expression is empty"));
         assert_eq!(calc("1/0"), "error: at position 3: division by zero");
+        assert_eq!(calc("1 / (2 - 2)"), "error: at position 5: division by zero");
         assert_eq!(
             calc("1 % 0"),
-            "error: at position 4: remainder of a division by zero"
+            "error: at position 5: remainder of a division by zero"
         );
-        assert_eq!(calc("(1 + 2"), "error: at position 7: expected ')'");
+        assert_eq!(
+            calc("(1 + 2"),
+            "error: at position 7: expected ')' to close the '(' at position 1"
+        );
         assert_eq!(
             calc("1 + 2)"),
-            "error: at position 6: unexpected ')'; expected an operator or the end"
+            "error: at position 6: unexpected ')' (this ')' has no matching '('); expected an operator \
+             (+ - * / % ^) or the end of the expression"
         );
-        assert!(calc("2 * x").contains("position 5: unknown name \"x\""));
-        assert!(calc("foo(1)").contains("unknown function \"foo\""));
-        assert!(calc("sqrt(1, 2)").contains("sqrt takes 1 argument"));
-        assert!(calc("max(1)").contains("max takes 2 or more"));
-        assert!(calc("1 +").contains("unexpected end"));
-        assert!(calc("1.2.3").contains("\"1.2.3\" is not a valid number"));
-        assert!(calc("sqrt(-1)").contains("not a number"));
-        assert!(calc("10^400").contains("infinite"));
-        assert!(calc("1 $ 2").contains("unexpected '$'"));
-        assert!(calc(&"1+".repeat(600)).contains("longer than 1000"));
-        assert!(calc(&format!("{}1{}", "(".repeat(150), ")".repeat(150))).contains("deeper than 100"));
+        assert_eq!(
+            calc("1 2"),
+            "error: at position 3: unexpected '2'; expected an operator (+ - * / % ^) or the end of the expression"
+        );
+        assert!(calc("()").starts_with("error: at position 2: unexpected ')' (empty parentheses"));
+        assert!(calc("2 ** 3").contains("position 4: unexpected '*' (use ^ for powers)"));
+        assert!(
+            calc("2 * x").starts_with("error: at position 5: unknown name \"x\"; expected a number"),
+            "{}",
+            calc("2 * x")
+        );
+        assert!(calc("foo(1)").starts_with("error: at position 1: unknown function \"foo\""));
+        assert!(calc("exp(1)").contains("functions sqrt abs round floor ceil ln log10 sin cos tan min max"));
+        assert_eq!(
+            calc("sqrt 4"),
+            "error: at position 6: expected '(' after the function sqrt"
+        );
+        assert_eq!(
+            calc("max(1, 2"),
+            "error: at position 9: expected ',' or ')' to close the call of max at position 1"
+        );
+        assert_eq!(
+            calc("1 + sqrt(1, 2)"),
+            "error: at position 5: sqrt takes 1 argument, got 2"
+        );
+        assert_eq!(
+            calc("max(1)"),
+            "error: at position 1: max takes 2 or more arguments, got 1"
+        );
+        assert_eq!(
+            calc("1 +"),
+            "error: at position 4: unexpected end of the expression; expected a number, a function or '('"
+        );
+        assert_eq!(
+            calc("1.2.3"),
+            "error: at position 1: \"1.2.3\" is not a valid number"
+        );
+        assert_eq!(calc("2 + ."), "error: at position 5: \".\" is not a valid number");
+        assert!(calc("1 $ 2").starts_with("error: at position 3: unexpected '$'; expected an operator"));
+    }
+
+    #[test]
+    fn non_finite_results_are_refused_where_they_happen() {
+        assert_eq!(
+            calc("1 + sqrt(-1)"),
+            "error: at position 5: sqrt(-1) is undefined (not a real number)"
+        );
+        assert_eq!(
+            calc("ln(0)"),
+            "error: at position 1: ln(0) is infinite or too large for a 64-bit float"
+        );
+        assert_eq!(
+            calc("10^400"),
+            "error: at position 3: 10 ^ 400 is infinite or too large for a 64-bit float"
+        );
+        assert_eq!(
+            calc("(-8)^(1/3)"),
+            "error: at position 5: -8 ^ 0.3333333333333333 is undefined (not a real number)"
+        );
+        assert_eq!(
+            calc("1e308 * 10"),
+            "error: at position 7: 1e308 * 10 is infinite or too large for a 64-bit float"
+        );
+        assert_eq!(
+            calc("2 - 1e999"),
+            "error: at position 5: the number 1e999 is infinite or too large for a 64-bit float"
+        );
+        assert_eq!(
+            calc("1 / 1e-320"),
+            "error: at position 3: 1 / 1e-320 is infinite or too large for a 64-bit float"
+        );
+    }
+
+    #[test]
+    fn length_and_depth_limits() {
+        let long = format!("1{}", "+1".repeat(500));
+        assert_eq!(long.len(), 1001);
+        assert_eq!(
+            calc(&long),
+            "error: the expression is 1001 characters long; at most 1000 are accepted"
+        );
+        assert_eq!(calc(&format!("1{}", "+1".repeat(499))), "500");
+
+        let nested = |n: usize| format!("{}1{}", "(".repeat(n), ")".repeat(n));
+        assert_eq!(calc(&nested(MAX_DEPTH)), "1");
+        assert_eq!(
+            calc(&nested(MAX_DEPTH + 1)),
+            "error: at position 101: the expression is nested more than 100 levels deep"
+        );
+        assert!(calc(&format!("{}1", "-".repeat(101))).contains("nested more than 100 levels"));
+        assert_eq!(calc(&format!("{}1", "-".repeat(100))), "1");
+        assert!(calc(&format!("1{}", "^1".repeat(101))).contains("nested more than 100 levels"));
+        assert!(calc(&format!("{}1{}", "abs(".repeat(101), ")".repeat(101))).contains("nested more"));
+        // The deepest input that fits the length limit does not overflow the stack.
+        assert!(calc(&"(".repeat(MAX_LEN)).contains("nested more than 100"));
+        assert!(calc(&"-".repeat(MAX_LEN)).contains("nested more than 100"));
     }
 }

@@ -8,16 +8,20 @@ mod files;
 use std::path::Path;
 
 use agentry::tool::{FunctionTool, Toolkit, tool};
+use anyhow::Context;
 use chrono::{Local, SecondsFormat, Utc};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use files::Sandbox;
 
-/// Tell the current date and time (RFC 3339, with the weekday).
+/// Get the current date and time, as RFC 3339 with the weekday, e.g.
+/// `2026-11-23T10:15:02+01:00 (Monday)`. Use it whenever the answer depends on today's date or
+/// the time of day: you do not know them otherwise. Local time (with its UTC offset) unless
+/// `utc` is true.
 ///
 /// # Arguments
-/// * `utc` - give the time in UTC instead of the local time zone
+/// * `utc` - true to get the time in UTC instead of the local time zone (default false)
 #[tool]
 fn current_time(utc: Option<bool>) -> String {
     if utc.unwrap_or(false) {
@@ -37,13 +41,16 @@ fn current_time(utc: Option<bool>) -> String {
     }
 }
 
-/// Evaluate an arithmetic expression exactly, instead of computing in your head. Supports
-/// + - * / % and ^ (power), parentheses, decimals and scientific notation (1.5e3), the
-/// constants pi and e, and the functions sqrt, abs, round, floor, ceil, ln, log10, sin, cos,
-/// tan, min and max.
+/// Evaluate an arithmetic expression with 64-bit floating point and return just the result;
+/// use it instead of doing arithmetic in your head. Supports numbers (integers, decimals,
+/// scientific notation such as 1.5e3), + - * / % and ^ (power, right-associative: 2^3^2 =
+/// 2^9), unary minus, parentheses, the constants pi and e, and the functions sqrt, abs, round,
+/// floor, ceil, ln, log10, sin, cos, tan (radians), min and max (2 or more arguments). No
+/// variables. At most 1000 characters and 100 levels of nesting. Errors (division by zero,
+/// undefined or overflowing results, syntax errors) give the 1-based character position.
 ///
 /// # Arguments
-/// * `expression` - the expression, e.g. `(17.5 * 3) / 2^4`
+/// * `expression` - the expression, e.g. `(17.5 * 3) / 2^4` or `sqrt(2) * max(1, 4, 2)`
 #[tool]
 fn calculate(expression: String) -> Result<String, String> {
     calc::evaluate(&expression).map(calc::format_number)
@@ -51,35 +58,42 @@ fn calculate(expression: String) -> Result<String, String> {
 
 #[derive(Deserialize, JsonSchema)]
 struct ListArgs {
-    /// Directory to list, relative to the working directory (default ".").
+    /// Directory to list, relative to the working directory (default ".", the working directory
+    /// itself).
     path: Option<String>,
-    /// List subdirectories too (default false).
+    /// true to list the contents of subdirectories too, as relative paths (default false).
     recursive: Option<bool>,
 }
 
 #[derive(Deserialize, JsonSchema)]
 struct ReadArgs {
-    /// File to read, relative to the working directory.
+    /// File to read, relative to the working directory, e.g. "src/main.rs".
     path: String,
-    /// First line to return, starting at 1 (default 1).
+    /// Number of the first line to return, counting from 1 (default 1).
     offset: Option<usize>,
-    /// How many lines to return at most (default 400).
+    /// Maximum number of lines to return (default 400).
     limit: Option<usize>,
 }
 
-/// Registers the built-in tools; the file tools only see `workdir` and what is inside it.
+/// Registers the built-in tools in `toolkit`; file tools are confined to `workdir`.
+///
+/// The tools are `current_time`, `calculate`, `list_files` and `read_file`, all read-only.
+/// Fails when `workdir` cannot be canonicalized (it does not exist) or a name is taken.
 pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Result<()> {
     toolkit.register(CurrentTimeTool)?;
     toolkit.register(CalculateTool)?;
-    let sandbox = Sandbox::new(workdir)?;
+    let sandbox = Sandbox::new(workdir)
+        .with_context(|| format!("cannot use {} as the working directory", workdir.display()))?;
 
     let list_box = sandbox.clone();
     toolkit.register(FunctionTool::typed(
         "list_files",
-        "List the files and directories in a directory of the working directory, sorted by name: directories \
-         end with '/', files show their size, symbolic links show their target. Paths are relative to the \
-         working directory; nothing outside it can be listed. With recursive=true, subdirectories are listed \
-         too (except .git, target and node_modules), up to 1000 entries.",
+        "List the entries of a directory in the working directory, sorted by name: directories end with \
+         '/', files show their size in bytes ('Cargo.toml (1234 bytes)'), symbolic links show their target \
+         ('link -> target') and are never followed. Hidden files are included. Paths are relative to the \
+         working directory; nothing outside it can be listed. With recursive=true the contents of \
+         subdirectories are listed too, as relative paths, except inside .git, target and node_modules. \
+         At most 1000 entries are shown; a note at the end says when the listing was cut.",
         move |args: ListArgs, _ctx| {
             let sandbox = list_box.clone();
             async move {
@@ -93,10 +107,12 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Resu
     let read_box = sandbox;
     toolkit.register(FunctionTool::typed(
         "read_file",
-        "Read a text file of the working directory, by lines. Paths are relative to the working directory; \
-         nothing outside it can be read. Returns at most `limit` lines (default 400) from line `offset` \
-         (default 1) and says which lines were returned when the file has more. Binary files and files \
-         over 5 MiB are refused.",
+        "Read a UTF-8 text file in the working directory and return its lines (without line numbers). \
+         Paths are relative to the working directory; nothing outside it can be read. Returns at most \
+         `limit` lines (default 400) starting at line `offset` (1-based, default 1); when the file has \
+         more lines, a final note like '[lines 1-400 of 1234; call read_file with offset=401 to read \
+         more]' says how to continue. Binary files, directories and files over 5 MiB are refused; use \
+         list_files to find files.",
         move |args: ReadArgs, _ctx| {
             let sandbox = read_box.clone();
             async move {
@@ -172,5 +188,131 @@ mod tests {
         assert!(escape.is_error && escape.text_content().contains("outside the working directory"));
         let bad = call(&toolkit, "read_file", json!({"offset": 2})).await;
         assert!(bad.is_error && bad.text_content().contains("\"path\" is a required property"));
+    }
+
+    #[tokio::test]
+    async fn schemas_name_the_arguments() {
+        let dir = tempfile::tempdir().unwrap();
+        let toolkit = Toolkit::new();
+        register_builtin_tools(&toolkit, dir.path()).unwrap();
+        let schemas = toolkit.json_schemas();
+        let find = |name: &str| schemas.iter().find(|s| s.name == name).unwrap().clone();
+        let args = |name: &str| {
+            let schema = find(name);
+            let props = schema.parameters["properties"].as_object().unwrap().clone();
+            let mut names: Vec<String> = props.keys().cloned().collect();
+            names.sort();
+            let required = schema.parameters.get("required").cloned().unwrap_or(json!([]));
+            (names, required)
+        };
+        assert_eq!(args("current_time"), (vec!["utc".to_owned()], json!([])));
+        assert_eq!(
+            args("calculate"),
+            (vec!["expression".to_owned()], json!(["expression"]))
+        );
+        assert_eq!(
+            args("list_files"),
+            (vec!["path".to_owned(), "recursive".to_owned()], json!([]))
+        );
+        assert_eq!(
+            args("read_file"),
+            (
+                vec!["limit".to_owned(), "offset".to_owned(), "path".to_owned()],
+                json!(["path"])
+            )
+        );
+        for schema in schemas.iter() {
+            assert!(schema.description.len() > 80, "{}", schema.name);
+            for (arg, prop) in schema.parameters["properties"].as_object().unwrap() {
+                assert!(
+                    prop.get("description").is_some(),
+                    "{}.{arg} has no description",
+                    schema.name
+                );
+            }
+        }
+        assert!(
+            find("list_files")
+                .description
+                .contains("relative to the working directory")
+        );
+        assert!(
+            find("read_file")
+                .description
+                .contains("relative to the working directory")
+        );
+    }
+
+    #[tokio::test]
+    async fn file_tools_through_the_toolkit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/lib.rs"), "a\nb\nc\n").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "s3cret").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        let toolkit = Toolkit::new();
+        register_builtin_tools(&toolkit, dir.path()).unwrap();
+
+        let listing = call(&toolkit, "list_files", json!({"recursive": true})).await;
+        assert!(!listing.is_error);
+        assert_eq!(
+            listing.text_content(),
+            format!("out -> {}\nsrc/\nsrc/lib.rs (6 bytes)", outside.path().display())
+        );
+        let window = call(
+            &toolkit,
+            "read_file",
+            json!({"path": "src/lib.rs", "offset": 2, "limit": 1}),
+        )
+        .await;
+        assert_eq!(
+            window.text_content(),
+            "b\n[lines 2-2 of 3; call read_file with offset=3 to read more]"
+        );
+        for (tool, input) in [
+            ("read_file", json!({"path": "out/secret.txt"})),
+            ("read_file", json!({"path": outside.path().join("secret.txt")})),
+            ("list_files", json!({"path": "out"})),
+            ("list_files", json!({"path": ".."})),
+        ] {
+            let refused = call(&toolkit, tool, input.clone()).await;
+            assert!(refused.is_error, "{tool} {input}");
+            assert!(
+                refused
+                    .text_content()
+                    .contains("is outside the working directory")
+                    && !refused.text_content().contains("s3cret"),
+                "{tool} {input}: {}",
+                refused.text_content()
+            );
+        }
+        let missing = call(&toolkit, "read_file", json!({"path": "nope.rs"})).await;
+        assert!(missing.is_error && missing.text_content().contains("\"nope.rs\" does not exist"));
+        let bad_type = call(
+            &toolkit,
+            "read_file",
+            json!({"path": "src/lib.rs", "offset": "two"}),
+        )
+        .await;
+        assert!(bad_type.is_error, "{}", bad_type.text_content());
+    }
+
+    #[tokio::test]
+    async fn local_time_has_an_offset_and_a_weekday() {
+        let toolkit = Toolkit::new();
+        register_builtin_tools(&toolkit, Path::new(".")).unwrap();
+        let text = call(&toolkit, "current_time", json!({})).await.text_content();
+        let (stamp, weekday) = text.split_once(" (").unwrap();
+        let parsed = chrono::DateTime::parse_from_rfc3339(stamp).unwrap();
+        assert_eq!(weekday, format!("{})", parsed.format("%A")));
+        assert!((chrono::Utc::now() - parsed.to_utc()).num_seconds().abs() < 60);
+    }
+
+    #[test]
+    fn a_missing_workdir_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = register_builtin_tools(&Toolkit::new(), &dir.path().join("nope")).unwrap_err();
+        assert!(format!("{err:#}").contains("cannot use"), "{err:#}");
     }
 }

@@ -134,7 +134,7 @@ impl ReplyCx<'_> {
                     user_action = Some(action);
                     decision = Some(source);
                 }
-                Approval::Closed => {}
+                Approval::Closed(source) => decision = source,
             }
         }
 
@@ -284,9 +284,11 @@ impl ReplyCx<'_> {
         if !self.wants_events() {
             return None;
         }
-        let active = Arc::clone(&self.active);
+        // Weak: a tool that keeps its context must not keep the reply's event stream open.
+        let active = Arc::downgrade(&self.active);
         let events = Arc::clone(&self.inner.events);
         Some(Arc::new(move |call_id: &str, id: Option<&str>, message: &str| {
+            let Some(active) = active.upgrade() else { return };
             active.emit(
                 &events,
                 AgentEvent::ToolProgress {

@@ -18,8 +18,8 @@ use crate::tool::{
 pub(super) enum Approval {
     /// Run the body with this user action.
     Approved(UserAction, DecisionSource),
-    /// The call is closed: declined, or cancelled while pending (its record says which).
-    Closed,
+    /// The call is closed: declined (by this source), or cancelled while pending (no source).
+    Closed(Option<DecisionSource>),
 }
 
 const NO_DECISION: &str = "no decision";
@@ -77,7 +77,7 @@ impl ReplyCx<'_> {
             );
         }
         let Some(answer) = self.active.expect_decision(record) else {
-            return Approval::Closed;
+            return Approval::Closed(None);
         };
         self.requested(call, request, false);
         let timeout = self.inner.settings.approval_timeout;
@@ -101,8 +101,12 @@ impl ReplyCx<'_> {
         };
         self.active.forget_decision(&record.call_id);
         let Some((decision, source)) = decided else {
+            if let Some(ToolCallState::Declined { .. }) = record.terminal() {
+                // Declined for want of a decider (A15); already announced.
+                return Approval::Closed(Some(DecisionSource::NoDecision));
+            }
             self.withdrawn(record);
-            return Approval::Closed;
+            return Approval::Closed(None);
         };
         match decision {
             ApprovalDecision::Approve => self.approved(record, decision, false, source),
@@ -192,7 +196,7 @@ impl ReplyCx<'_> {
         if !record.approve() {
             // Cancelled between the decision and now: the cancel won (S2).
             self.withdrawn(record);
-            return Approval::Closed;
+            return Approval::Closed(None);
         }
         self.resolved(record, decision, automatic, source);
         Approval::Approved(
@@ -215,10 +219,11 @@ impl ReplyCx<'_> {
     ) -> Approval {
         if record.finish(ToolCallState::Declined { reason }) {
             self.resolved(record, decision, automatic, source);
+            Approval::Closed(Some(source))
         } else {
             self.withdrawn(record);
+            Approval::Closed(None)
         }
-        Approval::Closed
     }
 }
 

@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::AgentInner;
 use super::events::{AgentEvent, CancelTarget, EventHub};
-use crate::tool::{ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, ToolCallState};
+use crate::tool::{
+    ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, ToolCallState,
+};
 
 /// Why a decision was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +39,15 @@ pub(crate) struct ActiveReply {
     pub(crate) token: CancellationToken,
     pub(crate) sink: Option<mpsc::UnboundedSender<AgentEvent>>,
     state: Mutex<ReplyState>,
+}
+
+impl std::fmt::Debug for ActiveReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActiveReply")
+            .field("reply_id", &self.reply_id)
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
 }
 
 impl ActiveReply {
@@ -141,6 +152,32 @@ impl ActiveReply {
         }
         self.token.cancel();
         CancelOutcome::Cancelled
+    }
+
+    /// Declines every pending approval as "no decision": nobody is left to decide (A15). The
+    /// waiting calls wake up when their senders are dropped here.
+    pub(crate) fn decline_pending(&self, hub: &EventHub) {
+        let pending: Vec<String> = self.state().approvals.keys().cloned().collect();
+        for call_id in pending {
+            if let Some(record) = self.call(&call_id) {
+                let reason = Some("no decision".to_owned());
+                if record.finish(ToolCallState::Declined {
+                    reason: reason.clone(),
+                }) {
+                    self.emit(
+                        hub,
+                        AgentEvent::ApprovalResolved {
+                            reply_id: self.reply_id.clone(),
+                            call_id: call_id.clone(),
+                            decision: ApprovalDecision::Decline { reason },
+                            automatic: true,
+                            source: DecisionSource::NoDecision,
+                        },
+                    );
+                }
+            }
+            self.state().approvals.remove(&call_id);
+        }
     }
 
     /// Waits for a decision on `call_id`; `None` if the record stopped pending meanwhile.

@@ -225,7 +225,7 @@ impl ReActAgent {
     /// message carries `"interrupted": true` in its metadata.
     /// Concurrent replies of one agent run one after the other.
     pub async fn reply(&self, msg: impl Into<Option<Msg>>) -> Result<Msg, AgentError> {
-        ReplyCx::run(&self.inner, msg.into(), None, None).await
+        ReplyCx::run(&self.inner, msg.into(), None, react::new_reply(None)).await
     }
 
     /// Replies and returns the structured output of type `T` produced through the finish
@@ -236,7 +236,7 @@ impl ReActAgent {
         T: JsonSchema + DeserializeOwned,
     {
         let spec = StructuredSpec::new::<T>()?;
-        let reply = ReplyCx::run(&self.inner, msg.into(), Some(spec), None).await?;
+        let reply = ReplyCx::run(&self.inner, msg.into(), Some(spec), react::new_reply(None)).await?;
         Structured::from_reply(reply)
     }
 
@@ -245,11 +245,14 @@ impl ReActAgent {
         let (tx, rx) = mpsc::unbounded_channel();
         let inner = Arc::clone(&self.inner);
         let msg = msg.into();
-        let task = tokio::spawn(async move { ReplyCx::run(&inner, msg, None, Some(tx)).await });
+        let active = react::new_reply(Some(tx));
+        let reply = Arc::downgrade(&active);
+        let task = tokio::spawn(async move { ReplyCx::run(&inner, msg, None, active).await });
         ReplyRun {
             events: EventStream::new(rx),
             task: Some(task),
             handle: self.handle(),
+            reply,
         }
     }
 
@@ -288,6 +291,8 @@ pub struct ReplyRun {
     events: EventStream,
     task: Option<JoinHandle<Result<Msg, AgentError>>>,
     handle: AgentHandle,
+    /// Weak: the reply's state owns the event sender, and the stream must end with the reply.
+    reply: std::sync::Weak<handle::ActiveReply>,
 }
 
 impl ReplyRun {
@@ -310,12 +315,28 @@ impl ReplyRun {
     }
 }
 
+impl ReplyRun {
+    /// Cancels this reply (not whichever reply runs at the time, unlike
+    /// [`AgentHandle::cancel_reply`]).
+    pub fn cancel(&self) -> CancelOutcome {
+        match self.reply.upgrade() {
+            Some(reply) => reply.cancel(&self.handle.inner.events),
+            None => CancelOutcome::AlreadyFinished(None),
+        }
+    }
+}
+
 impl Drop for ReplyRun {
     fn drop(&mut self) {
         if let Some(task) = &self.task
             && !task.is_finished()
         {
-            self.handle.cancel_reply();
+            // Nobody is left to decide or to watch: pending approvals are declined for want of a
+            // decision (A15), then the reply is cancelled.
+            if let Some(reply) = self.reply.upgrade() {
+                reply.decline_pending(&self.handle.inner.events);
+                reply.cancel(&self.handle.inner.events);
+            }
         }
     }
 }

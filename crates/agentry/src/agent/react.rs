@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::events::{AgentEvent, StopReason};
@@ -15,6 +14,10 @@ use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STR
 use super::{AgentError, AgentInner, HookList, REPLY_INTERRUPTED_NOTE};
 use crate::memory::{check_tool_pairs, repair_tool_pairs};
 use crate::message::{BlockKind, ContentBlock, Msg, Role, new_id};
+
+pub(crate) fn new_reply(sink: Option<tokio::sync::mpsc::UnboundedSender<AgentEvent>>) -> Arc<ActiveReply> {
+    ActiveReply::new(new_id(), sink)
+}
 use crate::model::{ChatRequest, ChatUsage, ModelError, ToolChoice, ToolSchema};
 
 /// The hint that asks for a summary after `max_iters` rounds.
@@ -48,7 +51,7 @@ impl<'a> ReplyCx<'a> {
         inner: &'a AgentInner,
         msg: Option<Msg>,
         structured: Option<StructuredSpec>,
-        sink: Option<mpsc::UnboundedSender<AgentEvent>>,
+        active: Arc<ActiveReply>,
     ) -> Result<Msg, AgentError> {
         let _one_at_a_time = inner.reply_lock.lock().await;
         let hooks = inner
@@ -56,8 +59,7 @@ impl<'a> ReplyCx<'a> {
             .read()
             .map(|h| Arc::clone(&h))
             .unwrap_or_else(|e| Arc::clone(&e.into_inner()));
-        let reply_id = new_id();
-        let active = ActiveReply::new(reply_id.clone(), sink);
+        let reply_id = active.reply_id.clone();
         *inner.active.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&active));
         let mut cx = ReplyCx {
             inner,

@@ -1,6 +1,8 @@
 //! Shared helpers of the end-to-end tests: an agent wired to the fake OpenAI-compatible server.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod probe;
+
 use std::time::Duration;
 
 use agentry::agent::{AgentEvent, ReActAgent, ReActAgentBuilder};
@@ -87,4 +89,65 @@ pub fn assert_one_last_per_message(events: &[AgentEvent]) {
     for (id, (_, ended)) in state {
         assert!(ended, "message {id} never got its last chunk");
     }
+}
+
+/// Checks S4 on an event list: every `ToolStarted` is followed by exactly one `ToolFinished`,
+/// and no `ToolFinished` lacks its `ToolStarted`.
+pub fn assert_one_finish_per_call(events: &[AgentEvent]) {
+    use std::collections::HashMap;
+    let mut open: HashMap<String, usize> = HashMap::new();
+    let mut finished: HashMap<String, usize> = HashMap::new();
+    for event in events {
+        match event {
+            AgentEvent::ToolStarted { call_id, .. } => *open.entry(call_id.clone()).or_default() += 1,
+            AgentEvent::ToolFinished { call_id, .. } => {
+                assert!(
+                    open.contains_key(call_id),
+                    "ToolFinished for {call_id} without ToolStarted"
+                );
+                *finished.entry(call_id.clone()).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    for (id, n) in &open {
+        assert_eq!(
+            finished.get(id),
+            Some(n),
+            "call {id}: {n} ToolStarted but {:?} ToolFinished",
+            finished.get(id)
+        );
+    }
+}
+
+/// The terminal state the events report for `call_id`.
+pub fn state_of(events: &[AgentEvent], call_id: &str) -> agentry::agent::ToolCallState {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolFinished {
+                call_id: id, state, ..
+            } if id == call_id => Some(state.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no ToolFinished for {call_id}"))
+}
+
+/// The stored result of `call_id`: its text, its error flag and its message metadata.
+pub fn stored(msgs: &[Msg], call_id: &str) -> (String, bool, serde_json::Map<String, Value>) {
+    msgs.iter()
+        .find_map(|m| {
+            m.tool_results()
+                .find(|r| r.id == call_id)
+                .map(|r| (r.text(), r.is_error, m.metadata.clone()))
+        })
+        .unwrap_or_else(|| panic!("no stored result for {call_id}"))
+}
+
+/// Every check that applies to any scenario: one result per call in memory (Y1), one finish
+/// per call and one last chunk per message in the events (S4).
+pub async fn check_all(agent: &ReActAgent, events: &[AgentEvent]) -> Vec<Msg> {
+    assert_one_finish_per_call(events);
+    assert_one_last_per_message(events);
+    consistent_memory(agent).await
 }

@@ -1,0 +1,1086 @@
+//! Cancellation per `shared/spec/cancellation.md`: each test is named after the statements it
+//! proves (see `docs/spec-coverage.md`). Every scenario runs against the fake OpenAI-compatible
+//! server, which checks on each request that every tool call has exactly one result (Y1), and
+//! ends with the same memory and event checks (`check_all`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentry::agent::{
+    AgentEvent, AgentHook, CancelTarget, HookContext, REPLY_INTERRUPTED_NOTE, ReActAgent, StopReason,
+};
+use agentry::memory::{InMemoryMemory, Memory};
+use agentry::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
+use agentry::tool::{
+    CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, DECLINED,
+    FunctionTool, INTERRUPTED_RESTART, ToolCallState, ToolContext, ToolOptions, Toolkit, declined_text,
+    timed_out_text,
+};
+use agentry_testkit::{Call, FakeLlm, Gate, Reply};
+use async_trait::async_trait;
+use common::probe::{Driver, Probe, finished};
+use common::*;
+use serde_json::{Value, json};
+
+fn probe_call(id: &str, args: Value) -> Call {
+    Call::new(id, "probe", args.to_string())
+}
+
+/// A fake server scripted with one tool step and a final answer, and an agent with the probe.
+async fn setup(calls: Vec<Call>, parallel: bool) -> (FakeLlm, ReActAgent, Probe) {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls(calls));
+    fake.push(Reply::text("after the tools"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register(probe.tool("probe")).unwrap();
+    let agent = builder(&fake, true, toolkit)
+        .parallel_tool_calls(parallel)
+        .build()
+        .unwrap();
+    (fake, agent, probe)
+}
+
+fn cancelled_running(partial: bool, reason: CancelReason) -> ToolCallState {
+    ToolCallState::Cancelled {
+        phase: CancelPhase::Running,
+        partial,
+        reason,
+    }
+}
+
+fn cancelled_before_start(reason: CancelReason) -> ToolCallState {
+    ToolCallState::Cancelled {
+        phase: CancelPhase::BeforeStart,
+        partial: false,
+        reason,
+    }
+}
+
+#[tokio::test]
+async fn x9_p3_p6_without_on_cancel_the_model_is_told_it_may_have_partly_run() {
+    let (fake, agent, probe) = setup(vec![probe_call("c", json!({"wait": true}))], false).await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
+    let (reply, events) = driver.finish().await;
+    assert_eq!(
+        reply.unwrap().text().as_deref(),
+        Some("after the tools"),
+        "the reply goes on (P6)"
+    );
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(stored(&memory, "c").0, CANCELLED_RUNNING);
+    assert!(stored(&memory, "c").1, "a cancelled result is an error (Y2)");
+    assert_eq!(
+        state_of(&events, "c"),
+        cancelled_running(false, CancelReason::User)
+    );
+    assert_eq!(
+        tool_message(&fake, 1, "c"),
+        CANCELLED_RUNNING,
+        "the next reasoning step sees it (P6)"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x7_x6_p4_on_cancel_text_is_the_result_verbatim() {
+    let partial = "Cancelled by the user. Partial results:\n- a.txt: 3 matches";
+    let (fake, agent, probe) = setup(
+        vec![probe_call("c", json!({"wait": true, "partial": partial}))],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(stored(&memory, "c").0, partial);
+    assert_eq!(
+        state_of(&events, "c"),
+        cancelled_running(true, CancelReason::User)
+    );
+    assert_eq!(probe.on_cancel_runs(), 1);
+    assert!(
+        probe.state.on_cancel_saw_cancelled.load(Ordering::SeqCst),
+        "is_cancelled is set before on_cancel runs (X6)"
+    );
+    assert_eq!(tool_message(&fake, 1, "c"), partial);
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x8_p5_on_cancel_none_or_blank_gives_the_standard_result() {
+    for args in [
+        json!({"wait": true, "none_on_cancel": true}),
+        json!({"wait": true, "partial": "  \n"}),
+    ] {
+        let (fake, agent, probe) = setup(vec![probe_call("c", args)], false).await;
+        let handle = agent.handle();
+        let driver = Driver::new(agent.start_reply(Msg::user("go")));
+        probe.started(1).await;
+        handle.cancel_call("c");
+        let (_, events) = driver.finish().await;
+        let memory = check_all(&agent, &events).await;
+        assert_eq!(stored(&memory, "c").0, CANCELLED_RUNNING);
+        assert_eq!(
+            state_of(&events, "c"),
+            cancelled_running(false, CancelReason::User)
+        );
+        assert_eq!(probe.on_cancel_runs(), 1);
+        fake.assert_no_violations();
+    }
+}
+
+#[tokio::test]
+async fn x3_registering_again_replaces_and_clearing_removes() {
+    let (fake, agent, probe) = setup(
+        vec![probe_call(
+            "c",
+            json!({"wait": true, "register_twice": true, "partial": "second"}),
+        )],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    handle.cancel_call("c");
+    let (_, events) = driver.finish().await;
+    assert_eq!(stored(&check_all(&agent, &events).await, "c").0, "second");
+    assert_eq!(probe.on_cancel_runs(), 1, "the replaced callback never runs");
+    fake.assert_no_violations();
+
+    let (fake, agent, probe) = setup(
+        vec![probe_call(
+            "c",
+            json!({"wait": true, "partial": "gone", "clear": true}),
+        )],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    handle.cancel_call("c");
+    let (_, events) = driver.finish().await;
+    assert_eq!(
+        stored(&check_all(&agent, &events).await, "c").0,
+        CANCELLED_RUNNING
+    );
+    assert_eq!(probe.on_cancel_runs(), 0);
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x4_r1_two_parallel_calls_of_one_tool_have_their_own_slots() {
+    let (fake, agent, probe) = setup(
+        vec![
+            probe_call("one", json!({"wait": true, "partial": "one partial"})),
+            probe_call("two", json!({"wait": true, "partial": "two partial"})),
+        ],
+        true,
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(2).await;
+    assert_eq!(handle.cancel_call("two"), CancelOutcome::Cancelled);
+    driver.wait_for("two finished", finished("two")).await;
+    // One permit for each waiting body: "one" completes, "two"'s late result is discarded.
+    probe.release();
+    probe.release();
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(
+        stored(&memory, "one").0,
+        "FINAL",
+        "the sibling runs to its own end (R1)"
+    );
+    assert_eq!(state_of(&events, "one"), ToolCallState::Completed);
+    assert_eq!(stored(&memory, "two").0, "two partial");
+    assert_eq!(
+        probe.on_cancel_runs(),
+        1,
+        "the first call's callback is never invoked (X4)"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x5_on_cancel_never_runs_on_completion_failure_or_before_start() {
+    let (fake, agent, probe) = setup(
+        vec![
+            probe_call("done", json!({"partial": "x"})),
+            probe_call("failed", json!({"partial": "x", "fail": "boom"})),
+            probe_call("running", json!({"wait": true})),
+            probe_call("queued", json!({"partial": "x"})),
+        ],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(3).await;
+    assert_eq!(handle.cancel_call("queued"), CancelOutcome::Cancelled);
+    probe.release();
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(state_of(&events, "done"), ToolCallState::Completed);
+    assert_eq!(state_of(&events, "failed"), ToolCallState::Failed);
+    assert_eq!(stored(&memory, "failed").0, "Error: boom");
+    assert_eq!(state_of(&events, "running"), ToolCallState::Completed);
+    assert_eq!(
+        state_of(&events, "queued"),
+        cancelled_before_start(CancelReason::User)
+    );
+    assert_eq!(probe.on_cancel_runs(), 0);
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x11_y5_results_after_cancel_are_ignored() {
+    let (fake, agent, probe) = setup(
+        vec![probe_call(
+            "c",
+            json!({"wait": true, "result": "LATE RESULT", "chunks": ["early chunk"]}),
+        )],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    driver
+        .wait_for("the early chunk", |e| {
+            matches!(e, AgentEvent::Message { msg, last: false } if msg.tool_results().any(|r| r.text() == "early chunk"))
+        })
+        .await;
+    handle.cancel_call("c");
+    probe.release();
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(stored(&memory, "c").0, CANCELLED_RUNNING);
+    // The late result is nowhere a result can be: printed results, stored results, requests.
+    let printed_results: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Message { msg, .. } => Some(msg.tool_results().map(|r| r.text()).collect::<String>()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        printed_results.iter().all(|r| !r.contains("LATE RESULT")),
+        "{printed_results:?}"
+    );
+    assert!(
+        memory
+            .iter()
+            .flat_map(Msg::tool_results)
+            .all(|r| !r.text().contains("LATE RESULT"))
+    );
+    assert!(!tool_message(&fake, 1, "c").contains("LATE RESULT"));
+    // X12: the chunk streamed before the cancel stays in the printed stream, not in the result.
+    assert!(printed_results.iter().any(|r| r == "early chunk"));
+    assert_ne!(stored(&memory, "c").0, "early chunk");
+    assert!(!tool_message(&fake, 1, "c").contains("early chunk"));
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x13_reports_are_progress_events_never_results() {
+    let (fake, agent, _probe) = setup(vec![probe_call("c", json!({"reports": 2}))], false).await;
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    let reports: Vec<(Option<String>, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolProgress {
+                call_id, id, message, ..
+            } if call_id == "c" => Some((id.clone(), message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reports,
+        [
+            (Some("p".to_owned()), "working".to_owned()),
+            (Some("p".to_owned()), "working".to_owned()),
+            (None, "almost done".to_owned())
+        ]
+    );
+    assert_eq!(stored(&memory, "c").0, "FINAL");
+    assert!(!tool_message(&fake, 1, "c").contains("working"));
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x10_on_cancel_over_budget_or_panicking_gives_the_standard_result() {
+    for args in [
+        json!({"wait": true, "block_on_cancel": true}),
+        json!({"wait": true, "panic_on_cancel": true}),
+    ] {
+        let fake = FakeLlm::start().await;
+        fake.push(Reply::tool_calls([probe_call("c", args.clone())]));
+        fake.push(Reply::text("after the tools"));
+        let probe = Probe::new();
+        let toolkit = Toolkit::new();
+        toolkit.register(probe.tool("probe")).unwrap();
+        let agent = builder(&fake, true, toolkit)
+            .on_cancel_budget(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let handle = agent.handle();
+        let driver = Driver::new(agent.start_reply(Msg::user("go")));
+        probe.started(1).await;
+        handle.cancel_call("c");
+        let (_, events) = driver.finish().await;
+        // The blocked callback can only return after this point: its "late" text is discarded.
+        probe.unblock_on_cancel();
+        let memory = check_all(&agent, &events).await;
+        assert_eq!(stored(&memory, "c").0, CANCELLED_RUNNING, "{args}");
+        assert_eq!(
+            state_of(&events, "c"),
+            cancelled_running(false, CancelReason::User)
+        );
+        assert_eq!(probe.on_cancel_runs(), 1);
+        fake.assert_no_violations();
+    }
+}
+
+#[tokio::test]
+async fn x14_l3_a_body_ignoring_the_token_is_dropped_after_the_grace() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([probe_call(
+        "c",
+        json!({"tick_forever": true}),
+    )]));
+    fake.push(Reply::text("after the tools"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register(probe.tool("probe")).unwrap();
+    let agent = builder(&fake, true, toolkit)
+        .cancel_grace(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    handle.cancel_call("c");
+    // L3: the result is recorded without the body's cooperation.
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(stored(&memory, "c").0, CANCELLED_RUNNING);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !probe.state.dropped.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the body is dropped after the grace");
+    let ticks = probe.state.ticks.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        probe.state.ticks.load(Ordering::SeqCst),
+        ticks,
+        "a dropped body makes no progress"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x1_l2_is_cancelled_turns_true_at_the_cancel_and_is_seen_on_other_threads() {
+    let slot: Arc<Mutex<Option<ToolContext>>> = Arc::default();
+    let keep = Arc::clone(&slot);
+    let started = Arc::new(tokio::sync::Notify::new());
+    let signal = Arc::clone(&started);
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(FunctionTool::new(
+            "hold",
+            "Holds its context.",
+            json!({"type": "object"}),
+            move |_, ctx| {
+                assert!(!ctx.is_cancelled(), "false when the body starts (X1)");
+                *keep.lock().unwrap() = Some(ctx.clone());
+                signal.notify_one();
+                agentry::tool::once(async move {
+                    ctx.cancelled().await;
+                    "stopped"
+                })
+            },
+        ))
+        .unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("c", "hold", "{}")]));
+    fake.push(Reply::text("after the tools"));
+    let agent = agent(&fake, true, toolkit);
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    started.notified().await;
+    let ctx = slot.lock().unwrap().clone().unwrap();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let observer = std::thread::spawn(move || {
+        wait.recv().unwrap();
+        ctx.is_cancelled()
+    });
+    assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
+    go.send(()).unwrap();
+    assert!(
+        observer.join().unwrap(),
+        "visible on another thread once cancel_call returned (L2)"
+    );
+    let (_, events) = driver.finish().await;
+    check_all(&agent, &events).await;
+    let ctx = slot.lock().unwrap().clone().unwrap();
+    assert!(
+        ctx.is_cancelled() && ctx.cancellation_token().is_cancelled(),
+        "it never returns to false"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn x2_on_cancel_registered_after_the_call_ended_has_no_effect() {
+    let slot: Arc<Mutex<Option<ToolContext>>> = Arc::default();
+    let keep = Arc::clone(&slot);
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(FunctionTool::new(
+            "quick",
+            "Returns at once.",
+            json!({"type": "object"}),
+            move |_, ctx| {
+                *keep.lock().unwrap() = Some(ctx);
+                agentry::tool::once(async { "done" })
+            },
+        ))
+        .unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("c", "quick", "{}")]));
+    fake.push(Reply::text("after the tools"));
+    let agent = agent(&fake, true, toolkit);
+    let handle = agent.handle();
+    agent.reply(Msg::user("go")).await.unwrap();
+    let invoked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&invoked);
+    let ctx = slot.lock().unwrap().clone().unwrap();
+    ctx.set_on_cancel(move || {
+        flag.store(true, Ordering::SeqCst);
+        Some("too late".into())
+    });
+    assert_eq!(
+        handle.cancel_call("c"),
+        CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))
+    );
+    assert!(!invoked.load(Ordering::SeqCst));
+    assert_eq!(stored(&consistent_memory(&agent).await, "c").0, "done");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn c1_cancel_returns_without_awaiting_on_cancel() {
+    let (fake, agent, probe) = setup(
+        vec![probe_call("c", json!({"wait": true, "block_on_cancel": true}))],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    // on_cancel blocks until unblocked below: cancel_call must return anyway.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::task::spawn_blocking(move || handle.cancel_call("c")),
+    )
+    .await
+    .expect("cancel_call waited for on_cancel")
+    .unwrap();
+    assert_eq!(outcome, CancelOutcome::Cancelled);
+    let (_, events) = driver.finish().await;
+    probe.unblock_on_cancel();
+    check_all(&agent, &events).await;
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn c2_c7_cancelling_twice_has_no_second_effect_and_is_announced_first() {
+    let (fake, agent, probe) = setup(
+        vec![probe_call("c", json!({"wait": true, "partial": "p"}))],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
+    assert_eq!(handle.cancel_call("c"), CancelOutcome::AlreadyCancelled);
+    let (_, events) = driver.finish().await;
+    assert_eq!(
+        handle.cancel_call("c"),
+        CancelOutcome::AlreadyCancelled,
+        "also after the reply"
+    );
+    check_all(&agent, &events).await;
+    assert_eq!(probe.on_cancel_runs(), 1);
+    let requested: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, AgentEvent::CancelRequested { target: CancelTarget::Call(id), .. } if id == "c"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(requested.len(), 1, "one CancelRequested");
+    let finished_at = events.iter().position(finished("c")).unwrap();
+    assert!(
+        requested[0] < finished_at,
+        "CancelRequested comes before ToolFinished (C7)"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn c3_c4_c5_cancelling_finished_or_unknown_calls_changes_nothing() {
+    let (fake, agent, _probe) = setup(
+        vec![
+            probe_call("ok", json!({})),
+            probe_call("bad", json!({"fail": "no"})),
+        ],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    assert_eq!(
+        handle.cancel_reply(),
+        CancelOutcome::AlreadyFinished(None),
+        "no reply runs (C5)"
+    );
+    let mut events = agent.subscribe();
+    agent.reply(Msg::user("go")).await.unwrap();
+    let events = drain(&mut events);
+    let before = check_all(&agent, &events).await;
+    assert_eq!(
+        handle.cancel_call("ok"),
+        CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))
+    );
+    assert_eq!(
+        handle.cancel_call("bad"),
+        CancelOutcome::AlreadyFinished(Some(ToolCallState::Failed))
+    );
+    assert_eq!(handle.cancel_call("nope"), CancelOutcome::NotFound, "C4");
+    assert_eq!(handle.cancel_reply(), CancelOutcome::AlreadyFinished(None));
+    assert_eq!(consistent_memory(&agent).await, before, "memory unchanged (C3)");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn c6_a_call_cancel_spares_the_reply_and_a_reply_cancel_reaches_every_call() {
+    // A per-call cancel: the second call and the reply go on.
+    let (fake, agent, probe) = setup(
+        vec![
+            probe_call("first", json!({"wait": true})),
+            probe_call("second", json!({})),
+        ],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    handle.cancel_call("first");
+    let (reply, events) = driver.finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("after the tools"));
+    assert_eq!(
+        state_of(&events, "second"),
+        ToolCallState::Completed,
+        "R6: later calls run as usual"
+    );
+    check_all(&agent, &events).await;
+    fake.assert_no_violations();
+
+    // A reply cancel: every running call is cancelled with reason Reply.
+    let (fake, agent, probe) = setup(
+        vec![
+            probe_call("a", json!({"wait": true})),
+            probe_call("b", json!({"wait": true})),
+        ],
+        true,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(2).await;
+    assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
+    assert_eq!(handle.cancel_reply(), CancelOutcome::AlreadyCancelled);
+    let (_, events) = driver.finish().await;
+    for id in ["a", "b"] {
+        assert_eq!(
+            state_of(&events, id),
+            cancelled_running(false, CancelReason::Reply)
+        );
+    }
+    check_all(&agent, &events).await;
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn p1_r6_cancel_while_queued_never_runs_the_body() {
+    let (fake, agent, probe) = setup(
+        vec![
+            probe_call("first", json!({"wait": true})),
+            probe_call("second", json!({"partial": "x"})),
+        ],
+        false,
+    )
+    .await;
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    // The queued call is closed at once; its result follows the running one's, in call order.
+    assert_eq!(handle.cancel_call("second"), CancelOutcome::Cancelled);
+    probe.release();
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(probe.runs(), 1, "the queued body never ran");
+    assert_eq!(stored(&memory, "second").0, CANCELLED_BEFORE_START);
+    assert_eq!(
+        state_of(&events, "second"),
+        cancelled_before_start(CancelReason::User)
+    );
+    assert_eq!(
+        state_of(&events, "first"),
+        ToolCallState::Completed,
+        "R6: earlier calls are not touched"
+    );
+    assert_eq!(probe.on_cancel_runs(), 0);
+    fake.assert_no_violations();
+}
+
+#[test]
+fn p7_texts_are_pairwise_different_and_only_running_ones_may_have_partly_run() {
+    let texts = [
+        declined_text(None),
+        declined_text(Some("no")),
+        CANCELLED_BEFORE_START.to_owned(),
+        CANCELLED_RUNNING.to_owned(),
+        timed_out_text(Duration::from_secs(5), None),
+        INTERRUPTED_RESTART.to_owned(),
+    ];
+    for (i, a) in texts.iter().enumerate() {
+        for b in &texts[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+    assert!(texts[0].starts_with(DECLINED));
+    for never_ran in &texts[..3] {
+        assert!(!never_ran.contains("may have partly run"), "{never_ran}");
+    }
+    for ran in &texts[3..] {
+        assert!(ran.contains("may have partly run"), "{ran}");
+    }
+}
+
+#[tokio::test]
+async fn r2_r4_r5_cancel_reply_stops_every_call_in_its_phase_and_no_model_request_follows() {
+    let (fake, agent, probe) = setup(
+        vec![
+            probe_call("quick", json!({"result": "quick result"})),
+            probe_call("slow", json!({"wait": true, "partial": "slow partial"})),
+            probe_call("plain", json!({"wait": true})),
+        ],
+        true,
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(3).await;
+    driver.wait_for("quick finished", finished("quick")).await;
+    assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
+    let (reply, events) = driver.finish().await;
+    let reply = reply.unwrap();
+    assert_eq!(reply.metadata["interrupted"], true);
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(
+        stored(&memory, "quick").0,
+        "quick result",
+        "terminal siblings keep their results"
+    );
+    assert_eq!(stored(&memory, "slow").0, "slow partial");
+    assert_eq!(stored(&memory, "plain").0, CANCELLED_RUNNING);
+    assert_eq!(
+        state_of(&events, "slow"),
+        cancelled_running(true, CancelReason::Reply)
+    );
+    assert!(matches!(
+        events.last(),
+        Some(AgentEvent::ReplyFinished {
+            stop_reason: StopReason::Cancelled,
+            ..
+        })
+    ));
+    assert_eq!(fake.request_count(), 1, "no model request after the cancel (R4)");
+    assert_eq!(
+        memory.last().unwrap().text().as_deref(),
+        Some(REPLY_INTERRUPTED_NOTE)
+    );
+    assert_eq!(memory.last().unwrap().role, Role::User);
+
+    // R5: the next reply's first request carries the note right after the interrupted reply.
+    fake.take_violations();
+    let _unused = fake.remaining();
+    fake.push(Reply::text("fresh answer"));
+    let next = agent.reply(Msg::user("again")).await;
+    // The scripted "after the tools" was never consumed, so it answers this request.
+    assert_eq!(next.unwrap().text().as_deref(), Some("after the tools"));
+    let messages = wire_messages(&fake, 1);
+    let note = messages
+        .iter()
+        .position(|m| m["content"] == REPLY_INTERRUPTED_NOTE)
+        .unwrap();
+    assert_eq!(messages[note]["role"], "user");
+    assert_eq!(
+        messages[note - 1]["role"],
+        "tool",
+        "right after the interrupted reply's messages"
+    );
+    assert_eq!(messages[note + 1]["content"], "again");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn r3_cancel_while_the_model_streams_keeps_the_text_and_the_complete_calls() {
+    let fake = FakeLlm::start().await;
+    let gate = Gate::new();
+    // Events: role, 2 text pieces, a's header, 2 argument pieces, b's header, 2 argument pieces,
+    // finish, usage, [DONE]. Pausing after 8 sends b's first half only.
+    fake.push(
+        Reply::tool_calls([
+            probe_call("a", json!({"result": "never"})),
+            Call::new("b", "probe", r#"{"result": "never either"}"#),
+        ])
+        .with_text("Let me check.")
+        .chunks(2)
+        .pause_after(8, gate.clone()),
+    );
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register(probe.tool("probe")).unwrap();
+    let agent = agent(&fake, true, toolkit);
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    gate.reached().await;
+    driver
+        .wait_for(
+            "both calls streaming",
+            |e| matches!(e, AgentEvent::Message { msg, last: false } if msg.tool_uses().count() == 2),
+        )
+        .await;
+    assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
+    let (reply, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    let assistant = memory.iter().find(|m| m.role == Role::Assistant).unwrap();
+    assert_eq!(
+        assistant.text().as_deref(),
+        Some("Let me check."),
+        "partial text is kept"
+    );
+    let calls: Vec<&ToolUseBlock> = assistant.tool_uses().collect();
+    assert_eq!(calls.len(), 1, "the call with incomplete arguments is removed");
+    assert_eq!(calls[0].id, "a");
+    assert_eq!(calls[0].input, json!({"result": "never"}));
+    assert_eq!(stored(&memory, "a").0, CANCELLED_BEFORE_START);
+    assert_eq!(
+        state_of(&events, "a"),
+        cancelled_before_start(CancelReason::Reply)
+    );
+    assert_eq!(probe.runs(), 0);
+    assert_eq!(
+        reply.unwrap().id,
+        assistant.id,
+        "the reply is the interrupted message"
+    );
+    assert_eq!(fake.request_count(), 1);
+    gate.open();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while fake.disconnects() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the stream was dropped");
+    fake.assert_no_violations();
+}
+
+/// Records the state every post-acting hook sees.
+struct StateRecorder(Arc<Mutex<Vec<(String, ToolCallState)>>>);
+
+#[async_trait]
+impl AgentHook for StateRecorder {
+    async fn post_acting(
+        &self,
+        _: &HookContext,
+        call: &ToolUseBlock,
+        state: &ToolCallState,
+        _: &mut ToolResultBlock,
+    ) {
+        self.0.lock().unwrap().push((call.id.clone(), state.clone()));
+    }
+}
+
+#[tokio::test]
+async fn r7_y2_y3_every_terminal_state_runs_post_acting_and_maps_to_its_result() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([
+        probe_call("done", json!({})),
+        probe_call("failed", json!({"fail": "boom"})),
+        Call::new("declined", "guarded", "{}"),
+        Call::new("timed", "slow", r#"{"wait": true, "partial": "half"}"#),
+        probe_call("cancelled", json!({"wait": true})),
+        probe_call("queued", json!({})),
+    ]));
+    fake.push(Reply::text("after the tools"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register(probe.tool("probe")).unwrap();
+    toolkit
+        .register_with(
+            Probe::new().tool("guarded"),
+            ToolOptions::new().require_approval(true),
+        )
+        .unwrap();
+    toolkit
+        .register_with(
+            Probe::new().tool("slow"),
+            ToolOptions::new().timeout(Duration::from_millis(50)),
+        )
+        .unwrap();
+    let states = Arc::new(Mutex::new(Vec::new()));
+    let agent = builder(&fake, true, toolkit)
+        .hook("states", StateRecorder(Arc::clone(&states)))
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver
+        .wait_for("approval asked", common::probe::asked("declined"))
+        .await;
+    handle
+        .decide(
+            "declined",
+            agentry::tool::ApprovalDecision::Decline {
+                reason: Some("not now".into()),
+            },
+        )
+        .unwrap();
+    probe.started(3).await;
+    handle.cancel_call("cancelled");
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+
+    let expected = [
+        ("done", ToolCallState::Completed, "FINAL".to_owned(), false),
+        ("failed", ToolCallState::Failed, "Error: boom".to_owned(), true),
+        (
+            "declined",
+            ToolCallState::Declined {
+                reason: Some("not now".into()),
+            },
+            declined_text(Some("not now")),
+            true,
+        ),
+        (
+            "timed",
+            ToolCallState::TimedOut { partial: true },
+            timed_out_text(Duration::from_millis(50), Some("half")),
+            true,
+        ),
+        (
+            "cancelled",
+            cancelled_running(false, CancelReason::User),
+            CANCELLED_RUNNING.to_owned(),
+            true,
+        ),
+        ("queued", ToolCallState::Completed, "FINAL".to_owned(), false),
+    ];
+    for (id, state, text, is_error) in &expected {
+        assert_eq!(&state_of(&events, id), state, "{id}");
+        let (stored_text, stored_error, metadata) = stored(&memory, id);
+        assert_eq!(&stored_text, text, "{id}");
+        assert_eq!(stored_error, *is_error, "{id}");
+        // Y3: the stored record says how the call ended, and when.
+        let record = &metadata["tool_call"];
+        assert_eq!(record["state"], state.name(), "{id}");
+        assert!(record["started_at"].is_string() && record["finished_at"].is_string());
+    }
+    assert_eq!(stored(&memory, "cancelled").2["tool_call"]["phase"], "running");
+    assert_eq!(stored(&memory, "cancelled").2["tool_call"]["reason"], "user");
+    assert_eq!(stored(&memory, "timed").2["tool_call"]["partial"], true);
+    assert_eq!(stored(&memory, "declined").2["tool_call"]["decision"], "user");
+    let seen: Vec<String> = states.lock().unwrap().iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(
+        seen,
+        ["done", "failed", "declined", "timed", "cancelled", "queued"],
+        "R7"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn t1_t2_a_timed_out_call_is_stopped_and_the_reply_goes_on() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("t", "slow", r#"{"wait": true}"#)]));
+    fake.push(Reply::text("after the tools"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(
+            probe.tool("slow"),
+            ToolOptions::new().timeout(Duration::from_millis(30)),
+        )
+        .unwrap();
+    let agent = agent(&fake, true, toolkit);
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (reply, events) = driver.finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("after the tools"));
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(state_of(&events, "t"), ToolCallState::TimedOut { partial: false });
+    assert_eq!(
+        stored(&memory, "t").0,
+        timed_out_text(Duration::from_millis(30), None)
+    );
+    assert_eq!(
+        handle.cancel_call("t"),
+        CancelOutcome::AlreadyFinished(Some(ToolCallState::TimedOut { partial: false })),
+        "C3 for a timed-out call"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn t3_a_cancel_committed_first_is_not_turned_into_a_timeout() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "t",
+        "slow",
+        r#"{"wait": true, "block_on_cancel": true}"#,
+    )]));
+    fake.push(Reply::text("after the tools"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(
+            probe.tool("slow"),
+            ToolOptions::new().timeout(Duration::from_millis(40)),
+        )
+        .unwrap();
+    // The blocked on_cancel keeps the call stopping well past its timeout.
+    let agent = builder(&fake, true, toolkit)
+        .on_cancel_budget(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    probe.started(1).await;
+    assert_eq!(handle.cancel_call("t"), CancelOutcome::Cancelled);
+    let (_, events) = driver.finish().await;
+    probe.unblock_on_cancel();
+    assert_eq!(
+        state_of(&events, "t"),
+        cancelled_running(false, CancelReason::User)
+    );
+    check_all(&agent, &events).await;
+    fake.assert_no_violations();
+}
+
+/// S2: completion and cancel released together, 1 000 times: exactly one of them wins, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s2_s1_complete_vs_cancel_race_has_one_winner_1000_times() {
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let tool_barrier = Arc::clone(&barrier);
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(FunctionTool::new(
+            "race",
+            "Returns when released.",
+            json!({"type": "object"}),
+            move |_, _| {
+                let barrier = Arc::clone(&tool_barrier);
+                agentry::tool::once(async move {
+                    barrier.wait().await;
+                    "FINAL"
+                })
+            },
+        ))
+        .unwrap();
+    let fake = FakeLlm::start().await;
+    let agent = agent(&fake, false, toolkit);
+    let handle = agent.handle();
+    let (mut completed, mut cancelled) = (0, 0);
+    for i in 0..1000 {
+        let id = format!("r{i}");
+        fake.push(Reply::tool_calls([Call::new(&id, "race", "{}")]));
+        fake.push(Reply::text("done"));
+        let driver = Driver::new(agent.start_reply(Msg::user("go")));
+        barrier.wait().await;
+        let outcome = handle.cancel_call(&id);
+        let (_, events) = driver.finish().await;
+        let memory = check_all(&agent, &events).await;
+        let (text, _, _) = stored(&memory, &id);
+        match (state_of(&events, &id), outcome) {
+            (ToolCallState::Completed, CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))) => {
+                assert_eq!(text, "FINAL");
+                completed += 1;
+            }
+            (ToolCallState::Cancelled { .. }, CancelOutcome::Cancelled) => {
+                assert_eq!(text, CANCELLED_RUNNING);
+                cancelled += 1;
+            }
+            (state, outcome) => panic!("iteration {i}: state {state:?} with outcome {outcome:?}"),
+        }
+        agent.memory().clear().await.unwrap();
+    }
+    eprintln!("s2: completed {completed}, cancelled {cancelled}");
+    assert_eq!(completed + cancelled, 1000);
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn y4_a_dangling_call_in_memory_is_closed_before_the_first_request() {
+    let memory = InMemoryMemory::new();
+    memory
+        .add(vec![
+            Msg::user("earlier"),
+            Msg::new(
+                "Friday",
+                Role::Assistant,
+                vec![ContentBlock::ToolUse(ToolUseBlock {
+                    id: "lost".into(),
+                    name: "probe".into(),
+                    input: json!({}),
+                    raw_input: None,
+                })],
+            ),
+        ])
+        .await
+        .unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("recovered"));
+    let agent = builder(&fake, true, Toolkit::new())
+        .memory(memory)
+        .build()
+        .unwrap();
+    agent.reply(Msg::user("hello again")).await.unwrap();
+    assert_eq!(tool_message(&fake, 0, "lost"), INTERRUPTED_RESTART);
+    let msgs = consistent_memory(&agent).await;
+    assert_eq!(stored(&msgs, "lost").2["tool_call"]["reason"], "restart");
+    fake.assert_no_violations();
+}

@@ -1,0 +1,295 @@
+//! A controllable tool and a reply driver for the cancellation and approval tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentry::agent::{AgentError, AgentEvent, ReplyRun};
+use agentry::message::Msg;
+use agentry::tool::{FunctionTool, ToolContext, ToolResponse, ToolStream};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{Semaphore, watch};
+
+/// How one probe call behaves, chosen by the model's arguments.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ProbeArgs {
+    /// Partial chunks streamed before anything else.
+    pub chunks: Vec<String>,
+    /// Wait for `Probe::release` before returning (otherwise return at once).
+    pub wait: bool,
+    /// The final text (default "FINAL").
+    pub result: Option<String>,
+    /// Register `on_cancel` returning `Some(text)`.
+    pub partial: Option<String>,
+    /// Register `on_cancel` returning `None`.
+    pub none_on_cancel: bool,
+    /// Register an `on_cancel` that blocks until `Probe::unblock_on_cancel`, then returns "late".
+    pub block_on_cancel: bool,
+    /// Register an `on_cancel` that panics.
+    pub panic_on_cancel: bool,
+    /// Register twice: first "first", then `partial` (X3).
+    pub register_twice: bool,
+    /// Register then clear (X3).
+    pub clear: bool,
+    /// Ignore everything and keep ticking every 5 ms (X14).
+    pub tick_forever: bool,
+    /// Send this many progress reports with id "p", then one without id.
+    pub reports: usize,
+    /// Fail with this error instead of returning.
+    pub fail: Option<String>,
+}
+
+/// Counters and gates shared by every call of a probe.
+pub struct ProbeState {
+    pub runs: AtomicUsize,
+    pub on_cancel_runs: AtomicUsize,
+    pub on_cancel_saw_cancelled: AtomicBool,
+    pub ticks: AtomicUsize,
+    pub dropped: AtomicBool,
+    pub user_actions: Mutex<Vec<Option<agentry::tool::UserAction>>>,
+    started: Mutex<Option<watch::Sender<usize>>>,
+    release: Semaphore,
+    unblock: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    unblock_rx: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+/// The probe: `probe.tool("name")` makes a tool, the test drives it through the state.
+#[derive(Clone)]
+pub struct Probe {
+    pub state: Arc<ProbeState>,
+    started_rx: watch::Receiver<usize>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe::new()
+    }
+}
+
+struct DropFlag(Arc<ProbeState>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Probe {
+    pub fn new() -> Self {
+        let (tx, rx) = watch::channel(0);
+        let (unblock_tx, unblock_rx) = std::sync::mpsc::channel();
+        let state = Arc::new(ProbeState {
+            runs: AtomicUsize::new(0),
+            on_cancel_runs: AtomicUsize::new(0),
+            on_cancel_saw_cancelled: AtomicBool::new(false),
+            ticks: AtomicUsize::new(0),
+            dropped: AtomicBool::new(false),
+            user_actions: Mutex::new(Vec::new()),
+            started: Mutex::new(Some(tx)),
+            release: Semaphore::new(0),
+            unblock: Mutex::new(Some(unblock_tx)),
+            unblock_rx: Mutex::new(Some(unblock_rx)),
+        });
+        Probe {
+            state,
+            started_rx: rx,
+        }
+    }
+
+    /// Waits until `n` bodies started (and registered their `on_cancel`).
+    pub async fn started(&self, n: usize) {
+        let mut rx = self.started_rx.clone();
+        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| *s >= n))
+            .await
+            .expect("the probe did not start in time")
+            .unwrap();
+    }
+
+    /// Lets one waiting body return.
+    pub fn release(&self) {
+        self.state.release.add_permits(1);
+    }
+
+    /// Lets a blocked `on_cancel` return.
+    pub fn unblock_on_cancel(&self) {
+        if let Some(tx) = self.state.unblock.lock().unwrap().as_ref() {
+            let _ = tx.send(());
+        }
+    }
+
+    pub fn runs(&self) -> usize {
+        self.state.runs.load(Ordering::SeqCst)
+    }
+
+    pub fn on_cancel_runs(&self) -> usize {
+        self.state.on_cancel_runs.load(Ordering::SeqCst)
+    }
+
+    pub fn tool(&self, name: &str) -> FunctionTool {
+        let state = Arc::clone(&self.state);
+        FunctionTool::new(
+            name,
+            "A test tool whose behaviour the arguments choose.",
+            json!({"type": "object"}),
+            move |args, ctx| {
+                let args = serde_json::from_value(serde_json::Value::Object(args)).unwrap_or_default();
+                body(Arc::clone(&state), args, ctx)
+            },
+        )
+    }
+}
+
+fn register(state: &Arc<ProbeState>, args: &ProbeArgs, ctx: &ToolContext) {
+    let counting = |state: &Arc<ProbeState>, ctx: &ToolContext| {
+        let state = Arc::clone(state);
+        let ctx = ctx.clone();
+        move || {
+            state.on_cancel_runs.fetch_add(1, Ordering::SeqCst);
+            state
+                .on_cancel_saw_cancelled
+                .store(ctx.is_cancelled(), Ordering::SeqCst);
+        }
+    };
+    if args.register_twice {
+        let count = counting(state, ctx);
+        ctx.set_on_cancel(move || {
+            count();
+            Some("first".into())
+        });
+    }
+    if let Some(text) = args.partial.clone() {
+        let count = counting(state, ctx);
+        ctx.set_on_cancel(move || {
+            count();
+            Some(text)
+        });
+    }
+    if args.none_on_cancel {
+        let count = counting(state, ctx);
+        ctx.set_on_cancel(move || {
+            count();
+            None
+        });
+    }
+    if args.block_on_cancel {
+        let count = counting(state, ctx);
+        let rx = state.unblock_rx.lock().unwrap().take();
+        ctx.set_on_cancel(move || {
+            count();
+            if let Some(rx) = rx {
+                let _ = rx.recv();
+            }
+            Some("late".into())
+        });
+    }
+    if args.panic_on_cancel {
+        let count = counting(state, ctx);
+        ctx.set_on_cancel(move || {
+            count();
+            panic!("on_cancel exploded")
+        });
+    }
+    if args.clear {
+        ctx.clear_on_cancel();
+    }
+}
+
+fn body(state: Arc<ProbeState>, args: ProbeArgs, ctx: ToolContext) -> ToolStream {
+    state.runs.fetch_add(1, Ordering::SeqCst);
+    state.user_actions.lock().unwrap().push(ctx.user_action());
+    register(&state, &args, &ctx);
+    for _ in 0..args.reports {
+        ctx.report("working", Some("p"));
+    }
+    if args.reports > 0 {
+        ctx.report("almost done", None);
+    }
+    if let Some(tx) = state.started.lock().unwrap().as_ref() {
+        tx.send_modify(|n| *n += 1);
+    }
+    if args.tick_forever {
+        let flag = DropFlag(Arc::clone(&state));
+        return futures::stream::once(async move {
+            let _flag = flag;
+            loop {
+                state.ticks.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .boxed();
+    }
+    let chunks: Vec<_> = args
+        .chunks
+        .iter()
+        .map(|c| Ok(ToolResponse::partial(c.clone())))
+        .collect();
+    let result = args.result.unwrap_or_else(|| "FINAL".into());
+    let fail = args.fail;
+    let wait = args.wait;
+    futures::stream::iter(chunks)
+        .chain(futures::stream::once(async move {
+            if wait {
+                state.release.acquire().await.unwrap().forget();
+            }
+            match fail {
+                Some(error) => Err(agentry::tool::ToolError::msg(error)),
+                None => Ok(ToolResponse::text(result)),
+            }
+        }))
+        .boxed()
+}
+
+/// A reply on its own task, read event by event while the test acts.
+pub struct Driver {
+    pub run: ReplyRun,
+    pub seen: Vec<AgentEvent>,
+}
+
+impl Driver {
+    pub fn new(run: ReplyRun) -> Self {
+        Driver {
+            run,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads events until one matches.
+    pub async fn wait_for(&mut self, what: &str, matches: impl Fn(&AgentEvent) -> bool) -> AgentEvent {
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(20), self.run.next_event())
+                .await
+                .unwrap_or_else(|_| panic!("no event {what} in time; seen: {:#?}", self.seen))
+                .unwrap_or_else(|| panic!("the reply ended before {what}; seen: {:#?}", self.seen));
+            self.seen.push(event.clone());
+            if matches(&event) {
+                return event;
+            }
+        }
+    }
+
+    /// Reads the remaining events, then the result.
+    pub async fn finish(mut self) -> (Result<Msg, AgentError>, Vec<AgentEvent>) {
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(20), self.run.next_event())
+            .await
+            .expect("the reply did not finish in time")
+        {
+            self.seen.push(event);
+        }
+        let seen = std::mem::take(&mut self.seen);
+        (self.run.finish().await, seen)
+    }
+}
+
+/// Whether an event is `ToolFinished` for `call_id`.
+pub fn finished(call_id: &str) -> impl Fn(&AgentEvent) -> bool + '_ {
+    move |e| matches!(e, AgentEvent::ToolFinished { call_id: id, .. } if id == call_id)
+}
+
+/// Whether an event is `ApprovalRequested` (asking) for `call_id`.
+pub fn asked(call_id: &str) -> impl Fn(&AgentEvent) -> bool + '_ {
+    move |e| matches!(e, AgentEvent::ApprovalRequested { call_id: id, automatic: false, .. } if id == call_id)
+}
