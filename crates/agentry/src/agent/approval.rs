@@ -220,6 +220,9 @@ impl ReplyCx<'_> {
         if record.finish(ToolCallState::Declined { reason }) {
             self.resolved(record, decision, automatic, source);
             Approval::Closed(Some(source))
+        } else if let Some(ToolCallState::Declined { .. }) = record.terminal() {
+            // Declined already because the reply's listener went away (A15), and announced.
+            Approval::Closed(Some(DecisionSource::NoDecision))
         } else {
             self.withdrawn(record);
             Approval::Closed(None)
