@@ -1,9 +1,11 @@
 //! `agentry`: run a tool-using agent from the terminal.
 
 mod builtin;
+mod chat;
 mod config;
 mod render;
 mod run;
+mod session;
 
 use std::process::ExitCode;
 
@@ -22,8 +24,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Answer one prompt, using tools, and stream the answer.
+    /// Answer one prompt, using tools, and stream the answer. Ctrl-C cancels the reply.
     Run(run::RunArgs),
+    /// Talk with the agent, one prompt after the other. Ctrl-C cancels the current reply;
+    /// twice quits, as do Ctrl-D and /exit.
+    Chat(chat::ChatArgs),
 }
 
 fn init_tracing() {
@@ -47,9 +52,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Chat(args) => chat::chat(args).await,
         }
-    })
+    });
+    // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }

@@ -56,6 +56,8 @@ pub struct Renderer<O: Write, E: Write> {
     calls: HashMap<String, (String, String)>,
     /// Final results: call id → (summary, is_error).
     results: HashMap<String, (String, bool)>,
+    /// When progress of a call was last shown (one line a second at most).
+    progress_shown: HashMap<String, std::time::Instant>,
 }
 
 const SUMMARY_CHARS: usize = 120;
@@ -71,6 +73,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
             open_line: false,
             calls: HashMap::new(),
             results: HashMap::new(),
+            progress_shown: HashMap::new(),
         }
     }
 
@@ -86,6 +89,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 );
                 Ok(())
             }
+            AgentEvent::ToolProgress { call_id, message, .. } => self.progress(call_id, message),
             AgentEvent::ToolFinished {
                 call_id,
                 name,
@@ -107,6 +111,31 @@ impl<O: Write, E: Write> Renderer<O, E> {
             }
             _ => Ok(()),
         }
+    }
+
+    fn progress(&mut self, call_id: &str, message: &str) -> io::Result<()> {
+        let now = std::time::Instant::now();
+        if self
+            .progress_shown
+            .get(call_id)
+            .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(1))
+        {
+            return Ok(());
+        }
+        self.progress_shown.insert(call_id.to_owned(), now);
+        self.end_line()?;
+        let name = self
+            .calls
+            .get(call_id)
+            .map(|(name, _)| name.as_str())
+            .unwrap_or("tool");
+        writeln!(
+            self.err,
+            "{}",
+            self.style
+                .dim(&format!("  ⋯ {name}: {}", one_line(message, SUMMARY_CHARS)))
+        )?;
+        self.err.flush()
     }
 
     fn message(&mut self, msg: &Msg, last: bool) -> io::Result<()> {

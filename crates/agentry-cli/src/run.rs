@@ -1,6 +1,5 @@
 //! `agentry run "<prompt>"`: one reply, streamed to the terminal.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -10,19 +9,27 @@ use agentry::model::{ModelError, OpenAiChatModel};
 use agentry::tool::Toolkit;
 use anyhow::Context;
 use clap::Args;
-use futures::StreamExt;
 
 use crate::builtin::register_builtin_tools;
 use crate::config::{ModelArgs, load_config_file, model_config};
-use crate::render::{Renderer, Style};
+use crate::session::{Outcome, Terminal};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
 const EXIT_CONFIG: u8 = 2;
+/// Exit code after Ctrl-C (128 + SIGINT, as shells report it).
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// What to ask the agent
     pub prompt: String,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// Options of the commands that run an agent.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Reasoning/acting rounds before the agent must summarise
@@ -42,13 +49,13 @@ pub struct RunArgs {
 fn default_system_prompt(workdir: &std::path::Path) -> String {
     format!(
         "You are Agentry, a helpful assistant in a terminal. You can tell the time, do exact arithmetic, and \
-         list and read files in the working directory {}. Use a tool whenever it gives a more reliable answer \
-         than guessing. Answer concisely.",
+         list, read, search and (with the user's approval) write files in the working directory {}. Use a \
+         tool whenever it gives a more reliable answer than guessing. Answer concisely.",
         workdir.display()
     )
 }
 
-fn build_agent(args: &RunArgs) -> anyhow::Result<ReActAgent> {
+pub fn build_agent(args: &AgentArgs) -> anyhow::Result<ReActAgent> {
     let file = load_config_file(args.model.config.as_deref())?;
     let model = OpenAiChatModel::new(model_config(&args.model, &file))?;
     let workdir = args
@@ -77,40 +84,45 @@ fn build_agent(args: &RunArgs) -> anyhow::Result<ReActAgent> {
         .build()?)
 }
 
-pub async fn run(args: RunArgs) -> ExitCode {
-    let agent = match build_agent(&args) {
-        Ok(agent) => agent,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            if e.downcast_ref::<ModelError>().is_some() {
-                eprintln!("{}", SETUP_HINT);
-            }
-            return ExitCode::from(EXIT_CONFIG);
+/// Builds the agent, or says what is wrong (exit code 2).
+pub fn agent_or_exit(args: &AgentArgs) -> Result<ReActAgent, ExitCode> {
+    build_agent(args).map_err(|e| {
+        eprintln!("error: {e:#}");
+        if e.downcast_ref::<ModelError>().is_some() {
+            eprintln!("{SETUP_HINT}");
         }
-    };
-    let mut renderer = Renderer::new(
-        std::io::stdout(),
-        std::io::stderr(),
-        Style::detect(std::io::stderr().is_terminal()),
-    );
-    let mut reply = agent.start_reply(Msg::user(args.prompt));
-    while let Some(event) = reply.next().await {
-        if let Err(e) = renderer.event(&event) {
-            // A closed stdout (e.g. `| head`) is not worth a panic or a message.
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return ExitCode::SUCCESS;
-            }
-            eprintln!("error: cannot write to the terminal: {e}");
-            return ExitCode::FAILURE;
-        }
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+/// Prints a failed reply's error (with the setup hint when the server is unreachable).
+pub fn report_error(e: &AgentError) {
+    eprintln!("error: {e}");
+    if let AgentError::Model(ModelError::Connect { .. } | ModelError::Timeout { .. }) = e {
+        eprintln!("{SETUP_HINT}");
     }
-    match reply.finish().await {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            if let AgentError::Model(ModelError::Connect { .. } | ModelError::Timeout { .. }) = e {
-                eprintln!("{}", SETUP_HINT);
+}
+
+pub async fn run(args: RunArgs) -> ExitCode {
+    let agent = match agent_or_exit(&args.agent) {
+        Ok(agent) => agent,
+        Err(code) => return code,
+    };
+    let mut terminal = Terminal::new();
+    match terminal.drive(agent.start_reply(Msg::user(args.prompt))).await {
+        Outcome::Quit => ExitCode::from(EXIT_INTERRUPTED),
+        Outcome::Finished {
+            result: Ok(_),
+            cancelled,
+        } => {
+            if cancelled {
+                ExitCode::from(EXIT_INTERRUPTED)
+            } else {
+                ExitCode::SUCCESS
             }
+        }
+        Outcome::Finished { result: Err(e), .. } => {
+            report_error(&e);
             ExitCode::FAILURE
         }
     }

@@ -100,7 +100,14 @@ async fn run_streams_the_answer_and_one_line_per_tool_call() {
             .collect();
         assert_eq!(
             tool_names,
-            ["current_time", "calculate", "list_files", "read_file"]
+            [
+                "current_time",
+                "calculate",
+                "list_files",
+                "read_file",
+                "search_files",
+                "write_file"
+            ]
         );
         assert_eq!(request["stream"], extra.is_empty());
         fake.assert_no_violations();

@@ -570,7 +570,7 @@ async fn a11_decline_and_stop_declines_this_call_and_cancels_the_reply() {
     assert_eq!(stored(&memory, "f").0, CANCELLED_BEFORE_START);
     assert_eq!(fake.request_count(), 1, "no model request after the stop");
     assert_eq!(probe.runs(), 0);
-    fake.take_violations();
+    fake.assert_no_violations();
 }
 
 #[tokio::test]

@@ -734,8 +734,7 @@ async fn r2_r4_r5_cancel_reply_stops_every_call_in_its_phase_and_no_model_reques
     assert_eq!(memory.last().unwrap().role, Role::User);
 
     // R5: the next reply's first request carries the note right after the interrupted reply.
-    fake.take_violations();
-    let _unused = fake.remaining();
+    fake.assert_no_violations();
     fake.push(Reply::text("fresh answer"));
     let next = agent.reply(Msg::user("again")).await;
     // The scripted "after the tools" was never consumed, so it answers this request.

@@ -6,7 +6,7 @@ use std::io::{ErrorKind, Read};
 use std::path::{Component, Path, PathBuf};
 
 /// Directories a recursive listing shows but does not enter.
-const SKIPPED_DIRS: [&str; 3] = [".git", "target", "node_modules"];
+pub(super) const SKIPPED_DIRS: [&str; 3] = [".git", "target", "node_modules"];
 /// Entries a listing shows at most.
 pub const MAX_ENTRIES: usize = 1000;
 /// Largest file `read_file` reads.
@@ -73,7 +73,7 @@ impl Sandbox {
     }
 
     /// The canonical path of `requested`, which must exist inside the root.
-    fn resolve(&self, requested: &str) -> Result<PathBuf, String> {
+    pub(super) fn resolve(&self, requested: &str) -> Result<PathBuf, String> {
         let requested = if requested.trim().is_empty() {
             "."
         } else {
@@ -132,7 +132,7 @@ impl Sandbox {
         Ok(current)
     }
 
-    fn relative<'a>(&self, path: &'a Path) -> &'a Path {
+    pub(super) fn relative<'a>(&self, path: &'a Path) -> &'a Path {
         path.strip_prefix(&self.root).unwrap_or(path)
     }
 
@@ -238,7 +238,7 @@ impl Sandbox {
 }
 
 /// The entries of `dir`, sorted by name.
-fn read_sorted(dir: &Path) -> std::io::Result<Vec<fs::DirEntry>> {
+pub(super) fn read_sorted(dir: &Path) -> std::io::Result<Vec<fs::DirEntry>> {
     let mut entries: Vec<fs::DirEntry> = fs::read_dir(dir)?.filter_map(Result::ok).collect();
     entries.sort_by_key(fs::DirEntry::file_name);
     Ok(entries)

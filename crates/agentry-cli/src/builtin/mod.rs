@@ -4,10 +4,14 @@
 
 mod calc;
 mod files;
+mod search;
+mod write;
 
 use std::path::Path;
 
-use agentry::tool::{FunctionTool, Toolkit, tool};
+use std::sync::{Arc, Mutex};
+
+use agentry::tool::{FunctionTool, ToolOptions, Toolkit, tool};
 use anyhow::Context;
 use chrono::{Local, SecondsFormat, Utc};
 use schemars::JsonSchema;
@@ -75,9 +79,26 @@ struct ReadArgs {
     limit: Option<usize>,
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct SearchArgs {
+    /// Text to look for, ignoring case (plain text, not a regular expression).
+    pattern: String,
+    /// Directory to search, relative to the working directory (default ".").
+    path: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct WriteArgs {
+    /// File to write, relative to the working directory; its directory must exist.
+    path: String,
+    /// The complete new content of the file.
+    content: String,
+}
+
 /// Registers the built-in tools in `toolkit`; file tools are confined to `workdir`.
 ///
-/// The tools are `current_time`, `calculate`, `list_files` and `read_file`, all read-only.
+/// The tools are `current_time`, `calculate`, `list_files`, `read_file` and `search_files`, which
+/// only read, and `write_file`, which asks the user before every write.
 /// Fails when `workdir` cannot be canonicalized (it does not exist) or a name is taken.
 pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Result<()> {
     toolkit.register(CurrentTimeTool)?;
@@ -104,7 +125,7 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Resu
         },
     ))?;
 
-    let read_box = sandbox;
+    let read_box = sandbox.clone();
     toolkit.register(FunctionTool::typed(
         "read_file",
         "Read a UTF-8 text file in the working directory and return its lines (without line numbers). \
@@ -125,6 +146,67 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Resu
             }
         },
     ))?;
+    let search_box = sandbox.clone();
+    toolkit.register(FunctionTool::typed(
+        "search_files",
+        "Search the text files under a directory of the working directory for lines containing a text, \
+         ignoring case. Files are searched in name order, skipping .git, target and node_modules, binary \
+         files and files over 5 MiB. Returns 'path:line: text' for each match (at most 200 shown). On a \
+         large tree this takes a while; the user sees the progress and may stop it, and you then get the \
+         matches found so far.",
+        move |args: SearchArgs, ctx| {
+            let sandbox = search_box.clone();
+            async move {
+                let found = Arc::new(Mutex::new(search::Found::default()));
+                let pattern = args.pattern;
+                let partial = Arc::clone(&found);
+                let cancel_pattern = pattern.clone();
+                ctx.set_on_cancel(move || {
+                    let found = partial.lock().unwrap_or_else(|e| e.into_inner());
+                    Some(found.cancelled(&cancel_pattern))
+                });
+                let search_pattern = pattern.clone();
+                let path = args.path.unwrap_or_else(|| ".".to_owned());
+                let searched = tokio::task::spawn_blocking(move || {
+                    sandbox.search(&path, &search_pattern, &|| ctx.is_cancelled(), &mut |now| {
+                        *found.lock().unwrap_or_else(|e| e.into_inner()) = now.clone();
+                        ctx.report(
+                            format!("searched {} files, {} matches", now.files, now.matches),
+                            Some("search"),
+                        );
+                    })
+                })
+                .await;
+                searched.map(|result| result.map(|found| found.summary(&pattern)))
+            }
+        },
+    ))?;
+
+    let write_box = sandbox.clone();
+    let describe_box = sandbox;
+    let text = |args: &serde_json::Map<String, serde_json::Value>, key: &str| {
+        args.get(key)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    toolkit.register_with(
+        FunctionTool::typed(
+            "write_file",
+            "Create or overwrite a text file in the working directory with the given content. The user \
+             is asked to approve every write and may decline; do not retry a declined write unless the \
+             user asks. The file's directory must already exist; nothing outside the working directory \
+             can be written.",
+            move |args: WriteArgs, _ctx| {
+                let sandbox = write_box.clone();
+                async move { tokio::task::spawn_blocking(move || sandbox.write(&args.path, &args.content)).await }
+            },
+        ),
+        ToolOptions::new()
+            .require_approval(true)
+            .approval_request(move |args| describe_box.describe_write(&text(args, "path"), &text(args, "content"))),
+    )?;
+
     Ok(())
 }
 
@@ -157,7 +239,17 @@ mod tests {
         let toolkit = Toolkit::new();
         register_builtin_tools(&toolkit, dir.path()).unwrap();
         let names: Vec<String> = toolkit.json_schemas().iter().map(|s| s.name.clone()).collect();
-        assert_eq!(names, ["current_time", "calculate", "list_files", "read_file"]);
+        assert_eq!(
+            names,
+            [
+                "current_time",
+                "calculate",
+                "list_files",
+                "read_file",
+                "search_files",
+                "write_file"
+            ]
+        );
 
         let time = call(&toolkit, "current_time", json!({"utc": true}))
             .await

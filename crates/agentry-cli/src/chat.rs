@@ -1,0 +1,53 @@
+//! `agentry chat`: one prompt after the other, with the same memory.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use agentry::message::Msg;
+use clap::Args;
+
+use crate::run::{AgentArgs, EXIT_INTERRUPTED, agent_or_exit, report_error};
+use crate::session::{Outcome, Terminal};
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+pub async fn chat(args: ChatArgs) -> ExitCode {
+    let agent = match agent_or_exit(&args.agent) {
+        Ok(agent) => agent,
+        Err(code) => return code,
+    };
+    let mut terminal = Terminal::new();
+    eprintln!("agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /exit quits.");
+    loop {
+        eprint!("{}", terminal.style.cyan("you> "));
+        let _ = std::io::stderr().flush();
+        let line = tokio::select! {
+            line = terminal.input.next() => line,
+            _ = tokio::signal::ctrl_c() => {
+                if terminal.interrupts.press() {
+                    eprintln!();
+                    return ExitCode::from(EXIT_INTERRUPTED);
+                }
+                eprintln!("\n(Ctrl-C again to quit)");
+                continue;
+            }
+        };
+        let Some(line) = line else {
+            eprintln!();
+            return ExitCode::SUCCESS;
+        };
+        match line.trim() {
+            "" => continue,
+            "/exit" | "/quit" => return ExitCode::SUCCESS,
+            prompt => match terminal.drive(agent.start_reply(Msg::user(prompt))).await {
+                Outcome::Quit => return ExitCode::from(EXIT_INTERRUPTED),
+                Outcome::Finished { result: Err(e), .. } => report_error(&e),
+                Outcome::Finished { .. } => {}
+            },
+        }
+    }
+}
