@@ -247,7 +247,7 @@ async fn x5_on_cancel_never_runs_on_completion_failure_or_before_start() {
 }
 
 #[tokio::test]
-async fn x11_y5_results_after_cancel_are_ignored() {
+async fn x11_x12_y5_results_after_cancel_are_ignored() {
     let (fake, agent, probe) = setup(
         vec![probe_call(
             "c",
