@@ -102,12 +102,10 @@ impl Program {
         self.stdin = None;
     }
 
+    /// Sends SIGINT, as Ctrl-C in a terminal does.
     fn interrupt(&self) {
-        let status = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
     }
 
     async fn finish(mut self) -> (ExitStatus, String, String) {
