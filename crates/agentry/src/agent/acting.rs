@@ -313,7 +313,8 @@ impl ReplyCx<'_> {
     }
 }
 
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+/// Sleeps until `deadline`, or forever without one (an optional timer for `select!`).
+pub(super) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

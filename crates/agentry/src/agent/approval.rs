@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::Grant;
+use super::acting::sleep_until;
 use super::events::AgentEvent;
 use super::react::ReplyCx;
 use crate::message::ToolUseBlock;
@@ -80,7 +81,11 @@ impl ReplyCx<'_> {
             return Approval::Closed(None);
         };
         self.requested(call, request, false);
-        let timeout = self.inner.settings.approval_timeout;
+        let deadline = self
+            .inner
+            .settings
+            .approval_timeout
+            .map(|t| tokio::time::Instant::now() + t);
         let no_decision = || {
             Some((
                 ApprovalDecision::Decline {
@@ -96,7 +101,7 @@ impl ReplyCx<'_> {
                 Err(_) => None,
             },
             () = record.token.cancelled() => None,
-            () = sleep_or_never(timeout) => no_decision(),
+            () = sleep_until(deadline) => no_decision(),
             () = sink_closed(self.active.sink.as_ref()) => no_decision(),
         };
         self.active.forget_decision(&record.call_id);
@@ -245,13 +250,6 @@ fn request_for(tool: &str, args: &Map<String, Value>, policy: &CallPolicy) -> Ap
             tracing::warn!(tool, "the approval request function panicked; asking generically");
             ApprovalRequest::generic(tool, args)
         }
-    }
-}
-
-async fn sleep_or_never(timeout: Option<std::time::Duration>) {
-    match timeout {
-        Some(t) => tokio::time::sleep(t).await,
-        None => std::future::pending().await,
     }
 }
 
