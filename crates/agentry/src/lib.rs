@@ -14,6 +14,7 @@
 extern crate self as agentry;
 
 pub mod agent;
+pub mod mcp;
 pub mod memory;
 pub mod message;
 pub mod model;

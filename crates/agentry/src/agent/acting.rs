@@ -225,16 +225,31 @@ impl ReplyCx<'_> {
             self.inner.settings.cancel_grace,
         );
         let mut chunks = self.inner.toolkit.call(call, ctx);
-        let deadline = policy.timeout.map(|t| (tokio::time::Instant::now() + t, t));
+        let started = tokio::time::Instant::now();
+        let hard_limit = policy.progress_extends_timeout.map(|max| started + max);
+        let mut deadline = policy.timeout.map(|t| started + t);
+        let mut renewed = false;
         let mut timed_out = None;
         loop {
             tokio::select! {
                 biased;
                 () = record.token.cancelled() => break,
-                () = sleep_until(deadline.map(|d| d.0)) => {
-                    if let Some((_, after)) = deadline
-                        && record.time_out(after)
-                    {
+                () = sleep_until(deadline) => {
+                    let now = tokio::time::Instant::now();
+                    // Progress renews a renewable timeout, never past the hard limit (T4).
+                    if let (Some(timeout), Some(limit), Some(at)) = (policy.timeout, hard_limit, record.progressed_at()) {
+                        let renewed_until = (at + timeout).min(limit);
+                        if renewed_until > now {
+                            deadline = Some(renewed_until);
+                            renewed = true;
+                            continue;
+                        }
+                    }
+                    let after = match (renewed, policy.timeout) {
+                        (false, Some(timeout)) => timeout,
+                        _ => Duration::from_millis((now - started).as_millis() as u64),
+                    };
+                    if record.time_out(after) {
                         timed_out = Some(after);
                         break;
                     }

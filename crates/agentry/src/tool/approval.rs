@@ -133,6 +133,8 @@ pub struct CallPolicy {
     pub session_scope: SessionApprovalScope,
     /// Execution timeout (T1); none by default for local tools.
     pub timeout: Option<Duration>,
+    /// When set, progress reports renew `timeout`, up to this hard limit (T4).
+    pub progress_extends_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for CallPolicy {
@@ -144,6 +146,7 @@ impl std::fmt::Debug for CallPolicy {
             .field("declined_message", &self.declined_message.is_some())
             .field("session_scope", &self.session_scope)
             .field("timeout", &self.timeout)
+            .field("progress_extends_timeout", &self.progress_extends_timeout)
             .finish()
     }
 }

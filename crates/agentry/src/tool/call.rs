@@ -118,6 +118,20 @@ impl ToolCallState {
     }
 }
 
+/// Why a running call's token was cancelled, as its body can ask ([`ToolContext::cancel_cause`](super::ToolContext::cancel_cause)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelCause {
+    /// The user cancelled this call.
+    User,
+    /// The whole reply was cancelled.
+    Reply,
+    /// The agent stopped.
+    Restart,
+    /// The call ran past its timeout.
+    TimedOut(Duration),
+}
+
 /// What a cancel request achieved (spec C1-C5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelOutcome {
@@ -154,6 +168,8 @@ pub(crate) enum Phase {
 struct Inner {
     phase: Phase,
     on_cancel: Option<OnCancel>,
+    /// When the body last reported progress (renewable timeouts, T4).
+    progressed_at: Option<tokio::time::Instant>,
 }
 
 /// One call's shared record: state, token and `on_cancel` slot.
@@ -192,6 +208,7 @@ impl CallRecord {
                     Phase::Queued
                 },
                 on_cancel: None,
+                progressed_at: None,
             }),
         })
     }
@@ -354,14 +371,36 @@ impl CallRecord {
         }
     }
 
-    /// Runs `f` while the call is running, under the lock (so nothing after a cancel slips out).
+    /// Runs `f` while the call is running, under the lock (so nothing after a cancel slips out),
+    /// and notes that the call made progress.
     pub(crate) fn while_running(&self, f: impl FnOnce()) -> bool {
-        let inner = self.lock();
+        let mut inner = self.lock();
         if matches!(inner.phase, Phase::Running) {
+            inner.progressed_at = Some(tokio::time::Instant::now());
             f();
             true
         } else {
             false
+        }
+    }
+
+    /// When the body last reported progress.
+    pub(crate) fn progressed_at(&self) -> Option<tokio::time::Instant> {
+        self.lock().progressed_at
+    }
+
+    /// Why the token was cancelled, while the call is stopping or once it ended cancelled.
+    pub(crate) fn cancel_cause(&self) -> Option<CancelCause> {
+        let from = |reason: CancelReason| match reason {
+            CancelReason::User => CancelCause::User,
+            CancelReason::Reply => CancelCause::Reply,
+            CancelReason::Restart => CancelCause::Restart,
+        };
+        match &self.lock().phase {
+            Phase::Stopping(Stop::Cancel(reason)) => Some(from(*reason)),
+            Phase::Stopping(Stop::Timeout(after)) => Some(CancelCause::TimedOut(*after)),
+            Phase::Finished(ToolCallState::Cancelled { reason, .. }) => Some(from(*reason)),
+            _ => None,
         }
     }
 }

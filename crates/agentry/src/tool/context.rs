@@ -121,14 +121,19 @@ impl ToolContext {
 
     /// Reports progress to the user (a `ToolProgress` event). A report with the same `id`
     /// replaces the earlier one. Reports never reach the model, and are dropped after a cancel
-    /// (X11, X13).
+    /// (X11, X13). A report also renews a timeout that progress may extend (T4).
     pub fn report(&self, message: impl AsRef<str>, id: Option<&str>) {
-        if let Some(progress) = &self.inner.progress {
-            let message = message.as_ref();
-            self.inner
-                .record
-                .while_running(|| progress(&self.inner.record.call_id, id, message));
-        }
+        let message = message.as_ref();
+        self.inner.record.while_running(|| {
+            if let Some(progress) = &self.inner.progress {
+                progress(&self.inner.record.call_id, id, message);
+            }
+        });
+    }
+
+    /// Why this call was cancelled (user, whole reply, timeout), once it was.
+    pub fn cancel_cause(&self) -> Option<super::CancelCause> {
+        self.inner.record.cancel_cause()
     }
 
     /// How the call was approved, for tools that require approval (A8); `None` otherwise.

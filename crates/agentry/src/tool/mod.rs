@@ -45,8 +45,8 @@ pub use approval::{
     ApprovalDecision, ApprovalRequest, CallPolicy, DecisionSource, SessionApprovalScope, UserAction,
 };
 pub use call::{
-    CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, DECLINED,
-    INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
+    CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelCause, CancelOutcome, CancelPhase, CancelReason,
+    DECLINED, INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
 };
 pub(crate) use call::{CallRecord, CancelCommit, OnCancel};
 pub(crate) use context::ProgressFn;

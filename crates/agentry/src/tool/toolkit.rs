@@ -54,6 +54,7 @@ pub struct ToolOptions {
     namesake: NamesakeStrategy,
     postprocess: Option<Postprocess>,
     policy: CallPolicy,
+    source: Option<String>,
 }
 
 impl ToolOptions {
@@ -137,6 +138,18 @@ impl ToolOptions {
         self
     }
 
+    /// Lets progress reports renew the timeout, up to `max` in all (T4).
+    pub fn progress_extends_timeout(mut self, max: std::time::Duration) -> Self {
+        self.policy.progress_extends_timeout = Some(max);
+        self
+    }
+
+    /// Where the tool comes from (e.g. `mcp:server`), so all of a source's tools can go at once.
+    pub(crate) fn source(mut self, source: String) -> Self {
+        self.source = Some(source);
+        self
+    }
+
     /// A function applied to every chunk of the tool's result.
     pub fn postprocess(
         mut self,
@@ -198,6 +211,7 @@ pub(super) struct RegisteredTool {
     pub(super) preset_args: Map<String, Value>,
     pub(super) postprocess: Option<Postprocess>,
     pub(super) policy: CallPolicy,
+    pub(super) source: Option<String>,
 }
 
 #[derive(Default)]
@@ -207,6 +221,8 @@ pub(super) struct Registry {
     pub(super) groups: Vec<ToolGroup>,
     pub(super) meta_tool: bool,
     schemas: Arc<[ToolSchema]>,
+    /// Tasks following a source's tool list (MCP `tools/list_changed`), by source.
+    watchers: HashMap<String, tokio::task::AbortHandle>,
 }
 
 impl Registry {
@@ -356,6 +372,7 @@ impl Toolkit {
             preset_args: options.preset_args,
             postprocess: options.postprocess,
             policy: options.policy,
+            source: options.source,
         });
         match registry.index.get(&name) {
             Some(&i) => registry.tools[i] = entry,
@@ -391,6 +408,33 @@ impl Toolkit {
             .and_then(|&i| registry.tools.get(i))
             .map(|t| t.policy.clone())
             .unwrap_or_default()
+    }
+
+    /// Removes every tool of a source; returns how many.
+    pub(crate) fn remove_source(&self, source: &str) -> usize {
+        let mut registry = self.write();
+        let before = registry.tools.len();
+        registry.tools.retain(|t| t.source.as_deref() != Some(source));
+        let removed = before - registry.tools.len();
+        if removed > 0 {
+            registry.reindex();
+            registry.refresh_schemas();
+        }
+        removed
+    }
+
+    /// Keeps the task following a source's tool list (replacing and stopping an older one).
+    pub(crate) fn set_watcher(&self, source: String, task: tokio::task::AbortHandle) {
+        if let Some(old) = self.write().watchers.insert(source, task) {
+            old.abort();
+        }
+    }
+
+    /// Stops following a source's tool list.
+    pub(crate) fn stop_watcher(&self, source: &str) {
+        if let Some(task) = self.write().watchers.remove(source) {
+            task.abort();
+        }
     }
 
     /// The names of all registered tools, in registration order.

@@ -1,6 +1,7 @@
 //! Shared helpers of the end-to-end tests: an agent wired to the fake OpenAI-compatible server.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod peers;
 pub mod probe;
 
 use std::time::Duration;

@@ -61,7 +61,7 @@ impl std::fmt::Debug for OpenAiChatModel {
 
 /// Installs the process-wide TLS crypto provider once (reqwest is built without one, so that
 /// the tree carries a single, fast-to-build provider).
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // An error means another crate installed a provider first, which is just as good.

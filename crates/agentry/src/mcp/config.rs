@@ -1,0 +1,257 @@
+//! Which MCP servers to talk to, and how: the `mcpServers` format of Claude Desktop and Cursor.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::McpError;
+
+/// How to reach one MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpTransport {
+    /// A child process speaking JSON-RPC on stdin/stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment variables.
+        env: BTreeMap<String, String>,
+        /// Working directory (default: the current one).
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable-HTTP endpoint.
+    Http {
+        /// The endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+        url: String,
+        /// Extra headers sent with every request (e.g. `Authorization`).
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One MCP server.
+///
+/// ```
+/// use agentry::mcp::McpServerConfig;
+/// let fs = McpServerConfig::stdio("fs", "npx", ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]);
+/// let web = McpServerConfig::http("web", "http://127.0.0.1:3001/mcp").header("Authorization", "Bearer x");
+/// assert_eq!(fs.name, "fs");
+/// # let _ = web;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    /// The server's name (used in messages, tool prefixes and `agentry mcp list`).
+    pub name: String,
+    /// How to reach it.
+    pub transport: McpTransport,
+    /// Limit for starting and initializing (default 30 s).
+    pub startup_timeout: Duration,
+    /// Reconnect attempts when a call finds the server down (default 3).
+    pub reconnect_attempts: u32,
+}
+
+impl McpServerConfig {
+    /// A server run as a child process.
+    pub fn stdio<I, S>(name: impl Into<String>, command: impl Into<String>, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        McpServerConfig::new(
+            name,
+            McpTransport::Stdio {
+                command: command.into(),
+                args: args.into_iter().map(Into::into).collect(),
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+        )
+    }
+
+    /// A server at a streamable-HTTP URL.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        McpServerConfig::new(
+            name,
+            McpTransport::Http {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
+        )
+    }
+
+    fn new(name: impl Into<String>, transport: McpTransport) -> Self {
+        McpServerConfig {
+            name: name.into(),
+            transport,
+            startup_timeout: Duration::from_secs(30),
+            reconnect_attempts: 3,
+        }
+    }
+
+    /// Adds an environment variable (stdio servers).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let McpTransport::Stdio { env, .. } = &mut self.transport {
+            env.insert(key.into(), value.into());
+        }
+        self
+    }
+
+    /// Sets the working directory (stdio servers).
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        if let McpTransport::Stdio { cwd, .. } = &mut self.transport {
+            *cwd = Some(dir.into());
+        }
+        self
+    }
+
+    /// Adds a header (HTTP servers).
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let McpTransport::Http { headers, .. } = &mut self.transport {
+            headers.insert(key.into(), value.into());
+        }
+        self
+    }
+
+    /// Sets the startup limit.
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Sets the reconnect attempts.
+    pub fn reconnect_attempts(mut self, attempts: u32) -> Self {
+        self.reconnect_attempts = attempts;
+        self
+    }
+
+    /// A short description: the command line or the URL.
+    pub fn describe(&self) -> String {
+        match &self.transport {
+            McpTransport::Stdio { command, args, .. } => std::iter::once(command.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+            McpTransport::Http { url, .. } => url.clone(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigFile {
+    mcp_servers: BTreeMap<String, ServerEntry>,
+}
+
+#[derive(Deserialize)]
+struct ServerEntry {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// "stdio", "http", "streamable-http", "streamableHttp" or "sse".
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    /// Cursor and others use it to switch a server off.
+    #[serde(default)]
+    disabled: bool,
+}
+
+/// Reads an `mcpServers` configuration (Claude Desktop, Cursor):
+///
+/// ```json
+/// {"mcpServers": {
+///   "fs":  {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"], "env": {}},
+///   "web": {"url": "http://127.0.0.1:3001/mcp", "headers": {"Authorization": "Bearer x"}}
+/// }}
+/// ```
+///
+/// Servers marked `"disabled": true` are left out. The legacy SSE transport is refused with an
+/// explanation (the official Rust SDK dropped it).
+pub fn parse_mcp_servers(json: &str) -> Result<Vec<McpServerConfig>, McpError> {
+    let file: ConfigFile = serde_json::from_str(json)
+        .map_err(|e| McpError::Config(format!("invalid mcpServers configuration: {e}")))?;
+    let mut servers = Vec::new();
+    for (name, entry) in file.mcp_servers {
+        if entry.disabled {
+            continue;
+        }
+        let kind = entry.kind.as_deref().unwrap_or("");
+        if kind.eq_ignore_ascii_case("sse") {
+            return Err(McpError::Config(format!(
+                "server {name:?} uses the legacy SSE transport, which is not supported; use its streamable-HTTP endpoint"
+            )));
+        }
+        let server = match (entry.command, entry.url) {
+            (Some(command), None) => {
+                let mut server = McpServerConfig::stdio(&name, command, entry.args);
+                if let McpTransport::Stdio { env, cwd, .. } = &mut server.transport {
+                    *env = entry.env;
+                    *cwd = entry.cwd;
+                }
+                server
+            }
+            (None, Some(url)) => {
+                let mut server = McpServerConfig::http(&name, url);
+                if let McpTransport::Http { headers, .. } = &mut server.transport {
+                    *headers = entry.headers;
+                }
+                server
+            }
+            (Some(_), Some(_)) => {
+                return Err(McpError::Config(format!(
+                    "server {name:?} has both a command and a url"
+                )));
+            }
+            (None, None) => {
+                return Err(McpError::Config(format!(
+                    "server {name:?} needs a command or a url"
+                )));
+            }
+        };
+        servers.push(server);
+    }
+    Ok(servers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_claude_desktop_and_cursor_entries() {
+        let servers = parse_mcp_servers(
+            r#"{"mcpServers": {
+                "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"], "env": {"A": "1"}},
+                "web": {"type": "streamable-http", "url": "http://h/mcp", "headers": {"X": "y"}},
+                "off": {"command": "x", "disabled": true}
+            }}"#,
+        )
+        .unwrap();
+        assert_eq!(servers.len(), 2);
+        assert_eq!(servers[0].name, "fs");
+        assert_eq!(servers[0].describe(), "npx -y server-filesystem /tmp");
+        assert!(matches!(&servers[0].transport, McpTransport::Stdio { env, .. } if env["A"] == "1"));
+        assert!(matches!(&servers[1].transport, McpTransport::Http { headers, .. } if headers["X"] == "y"));
+    }
+
+    #[test]
+    fn bad_entries_say_what_is_wrong() {
+        let err = parse_mcp_servers(r#"{"mcpServers": {"x": {}}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs a command or a url"), "{err}");
+        let err = parse_mcp_servers(r#"{"mcpServers": {"x": {"type": "sse", "url": "u"}}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("legacy SSE"), "{err}");
+        let err = parse_mcp_servers("{}").unwrap_err().to_string();
+        assert!(err.contains("mcpServers"), "{err}");
+    }
+}

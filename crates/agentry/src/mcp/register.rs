@@ -1,0 +1,335 @@
+//! Putting an MCP server's tools in a [`Toolkit`], next to local tools.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::McpError;
+use super::client::{McpClient, McpToolInfo};
+use super::tool::McpTool;
+use crate::tool::{NamesakeStrategy, ToolOptions, Toolkit};
+
+/// The default execution timeout of MCP calls, renewed by progress (spec T1, T4).
+pub const MCP_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The hard limit of MCP calls, whatever progress says (spec T4).
+pub const MCP_MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Approval {
+    require: bool,
+    auto: bool,
+}
+
+/// How a server's tools are registered.
+///
+/// ```
+/// use agentry::mcp::McpToolOptions;
+/// use serde_json::json;
+/// let options = McpToolOptions::new()
+///     .group("files")
+///     .disable(["write_file"])
+///     .preset("read_text_file", "head", json!(100))
+///     .require_approval("move_file", true)
+///     .prefix("fs__");
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone)]
+pub struct McpToolOptions {
+    group: Option<String>,
+    enable: Option<BTreeSet<String>>,
+    disable: BTreeSet<String>,
+    presets: BTreeMap<String, Map<String, Value>>,
+    approval: BTreeMap<String, Approval>,
+    default_approval: Approval,
+    prefix: String,
+    timeout: Duration,
+    max_timeout: Duration,
+    namesake: NamesakeStrategy,
+}
+
+impl Default for McpToolOptions {
+    fn default() -> Self {
+        McpToolOptions {
+            group: None,
+            enable: None,
+            disable: BTreeSet::new(),
+            presets: BTreeMap::new(),
+            approval: BTreeMap::new(),
+            default_approval: Approval::default(),
+            prefix: String::new(),
+            timeout: MCP_DEFAULT_TIMEOUT,
+            max_timeout: MCP_MAX_TIMEOUT,
+            namesake: NamesakeStrategy::Raise,
+        }
+    }
+}
+
+impl McpToolOptions {
+    /// Every tool, in `basic`, unprefixed, no approval, 60 s renewable timeout, 10 min at most.
+    pub fn new() -> Self {
+        McpToolOptions::default()
+    }
+
+    /// Puts the tools in this group (which must exist).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Registers only these tools (server names).
+    pub fn enable<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.enable = Some(tools.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Leaves these tools out (server names).
+    pub fn disable<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.disable.extend(tools.into_iter().map(Into::into));
+        self
+    }
+
+    /// Fixes an argument of one tool (hidden from the model, always sent).
+    pub fn preset(mut self, tool: impl Into<String>, arg: impl Into<String>, value: Value) -> Self {
+        self.presets
+            .entry(tool.into())
+            .or_default()
+            .insert(arg.into(), value);
+        self
+    }
+
+    /// Whether one tool's calls must be approved.
+    pub fn require_approval(mut self, tool: impl Into<String>, required: bool) -> Self {
+        self.approval.entry(tool.into()).or_default().require = required;
+        self
+    }
+
+    /// Whether one tool may be approved automatically (with the agent's `auto_approve_tools`).
+    pub fn auto_approve(mut self, tool: impl Into<String>, auto: bool) -> Self {
+        self.approval.entry(tool.into()).or_default().auto = auto;
+        self
+    }
+
+    /// Approval for every tool not configured one by one.
+    pub fn require_approval_for_all(mut self, required: bool, auto: bool) -> Self {
+        self.default_approval = Approval {
+            require: required,
+            auto,
+        };
+        self
+    }
+
+    /// Registers the tools as `{prefix}{name}`, to keep servers' names apart.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Execution timeout, renewed by each progress notification (default 60 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The hard limit, whatever progress says (default 10 min).
+    pub fn max_timeout(mut self, timeout: Duration) -> Self {
+        self.max_timeout = timeout;
+        self
+    }
+
+    /// What to do when a name is taken (default: refuse).
+    pub fn namesake(mut self, strategy: NamesakeStrategy) -> Self {
+        self.namesake = strategy;
+        self
+    }
+
+    fn check(&self, available: &[McpToolInfo], server: &str) -> Result<(), McpError> {
+        if let Some(enable) = &self.enable
+            && let Some(both) = enable.intersection(&self.disable).next()
+        {
+            return Err(McpError::Config(format!(
+                "tool {both:?} of {server:?} is both enabled and disabled"
+            )));
+        }
+        let names: BTreeSet<&str> = available.iter().map(|t| t.name.as_str()).collect();
+        let named = self
+            .enable
+            .iter()
+            .flatten()
+            .chain(&self.disable)
+            .chain(self.presets.keys())
+            .chain(self.approval.keys());
+        for name in named {
+            if !names.contains(name.as_str()) {
+                return Err(McpError::Config(format!(
+                    "{server:?} has no tool {name:?}; it offers: {}",
+                    names.iter().copied().collect::<Vec<_>>().join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn selected(&self, tool: &str) -> bool {
+        self.enable.as_ref().is_none_or(|e| e.contains(tool)) && !self.disable.contains(tool)
+    }
+}
+
+/// A name models accept: `[a-zA-Z0-9_-]`, at most 64 characters.
+fn model_name(prefix: &str, tool: &str) -> String {
+    let name: String = format!("{prefix}{tool}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() { "_".to_owned() } else { name }
+}
+
+fn source_of(client: &McpClient) -> String {
+    format!("mcp:{}", client.name())
+}
+
+impl Toolkit {
+    /// Registers the tools of an MCP server; returns the names they got. They are called like
+    /// local tools: validated, approved, cancelled and timed out the same way. When the server
+    /// says its tool list changed, the registration is refreshed.
+    pub async fn register_mcp_client(
+        &self,
+        client: &McpClient,
+        options: McpToolOptions,
+    ) -> Result<Vec<String>, McpError> {
+        let tools = client.list_tools().await?;
+        options.check(&tools, client.name())?;
+        let names = self.install_mcp_tools(client, &tools, &options)?;
+        self.watch_mcp_client(client, options);
+        Ok(names)
+    }
+
+    fn install_mcp_tools(
+        &self,
+        client: &McpClient,
+        tools: &[McpToolInfo],
+        options: &McpToolOptions,
+    ) -> Result<Vec<String>, McpError> {
+        let source = source_of(client);
+        let mut names = Vec::new();
+        for info in tools.iter().filter(|t| options.selected(&t.name)) {
+            let approval = options
+                .approval
+                .get(&info.name)
+                .copied()
+                .unwrap_or(options.default_approval);
+            let mut tool_options = ToolOptions::new()
+                .name(model_name(&options.prefix, &info.name))
+                .namesake(options.namesake)
+                .require_approval(approval.require)
+                .auto_approve(approval.auto)
+                .timeout(options.timeout)
+                .progress_extends_timeout(options.max_timeout)
+                .source(source.clone());
+            if let Some(group) = &options.group {
+                tool_options = tool_options.group(group.clone());
+            }
+            for (arg, value) in options.presets.get(&info.name).into_iter().flatten() {
+                tool_options = tool_options.preset(arg.clone(), value.clone());
+            }
+            let tool = Arc::new(McpTool {
+                client: client.clone(),
+                info: info.clone(),
+            });
+            let name = self.register_arc(tool, tool_options).map_err(|e| {
+                McpError::Config(format!(
+                    "cannot register {:?} of {:?}: {e}",
+                    info.name,
+                    client.name()
+                ))
+            })?;
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    /// Refreshes the registration whenever the server announces a new tool list.
+    fn watch_mcp_client(&self, client: &McpClient, options: McpToolOptions) {
+        let mut changed = client.tools_changed();
+        let toolkit = self.clone();
+        let watched = client.clone();
+        let task = tokio::spawn(async move {
+            while changed.changed().await.is_ok() {
+                match watched.list_tools().await {
+                    Ok(tools) => {
+                        toolkit.remove_source(&source_of(&watched));
+                        if let Err(e) = toolkit.install_mcp_tools(&watched, &tools, &options) {
+                            tracing::warn!(mcp = %watched.name(), error = %e, "refreshing the MCP tools failed");
+                        } else {
+                            tracing::info!(mcp = %watched.name(), tools = tools.len(), "MCP tool list refreshed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(mcp = %watched.name(), error = %e, "listing the MCP tools failed")
+                    }
+                }
+            }
+        });
+        self.set_watcher(source_of(client), task.abort_handle());
+    }
+
+    /// Removes an MCP server's tools (and stops following its tool list); returns how many.
+    pub fn remove_mcp_client(&self, name: &str) -> usize {
+        let source = format!("mcp:{name}");
+        self.stop_watcher(&source);
+        self.remove_source(&source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_are_sanitized_and_prefixed() {
+        assert_eq!(model_name("fs__", "read_text_file"), "fs__read_text_file");
+        assert_eq!(model_name("", "get.sum v2"), "get_sum_v2");
+        assert_eq!(model_name("", &"x".repeat(80)).len(), 64);
+    }
+
+    #[test]
+    fn options_name_real_tools_only() {
+        let tools = vec![McpToolInfo {
+            name: "echo".into(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+        }];
+        assert!(McpToolOptions::new().enable(["echo"]).check(&tools, "s").is_ok());
+        let err = McpToolOptions::new()
+            .disable(["nope"])
+            .check(&tools, "s")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("has no tool \"nope\"") && err.contains("echo"),
+            "{err}"
+        );
+        let err = McpToolOptions::new()
+            .enable(["echo"])
+            .disable(["echo"])
+            .check(&tools, "s")
+            .unwrap_err();
+        assert!(err.to_string().contains("both enabled and disabled"));
+    }
+}

@@ -1,0 +1,319 @@
+//! An MCP server's tool as a [`Tool`]: called like any local tool, through the same
+//! `ToolContext` (cancellation, progress), with the same cumulative chunks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientRequest, RequestId, ResourceContents, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
+use rmcp::{Peer, RoleClient, ServiceError};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::McpTransport;
+use super::client::{McpClient, McpToolInfo, Progress};
+use crate::message::{ContentBlock, MediaSource};
+use crate::tool::{CancelCause, Tool, ToolContext, ToolError, ToolResponse, ToolStream};
+
+pub(crate) struct McpTool {
+    pub(crate) client: McpClient,
+    pub(crate) info: McpToolInfo,
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    fn description(&self) -> &str {
+        &self.info.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.info.input_schema.clone()
+    }
+
+    fn call(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext) -> ToolStream {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move { self.run(args, ctx, tx).await });
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }).boxed()
+    }
+}
+
+type Chunks = mpsc::UnboundedSender<Result<ToolResponse, ToolError>>;
+
+/// Why a call stopped, in the words `notifications/cancelled` carries (M1).
+fn cancel_reason(ctx: &ToolContext) -> &'static str {
+    match ctx.cancel_cause() {
+        Some(CancelCause::TimedOut(_)) => "timed out",
+        Some(CancelCause::Reply) => "reply cancelled",
+        Some(CancelCause::Restart) => "agent stopped",
+        Some(CancelCause::User) | None => "user cancelled",
+    }
+}
+
+async fn send_cancel(peer: Peer<RoleClient>, id: RequestId, reason: &'static str) {
+    let notification =
+        CancelledNotification::new(CancelledNotificationParam::new(Some(id), Some(reason.to_owned())));
+    if let Err(e) = peer.send_notification(notification.into()).await {
+        tracing::debug!(error = %e, "could not send notifications/cancelled");
+    }
+}
+
+impl McpTool {
+    fn server(&self) -> &str {
+        self.client.name()
+    }
+
+    async fn run(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext, tx: Chunks) {
+        // Retry once when an HTTP server lost our session (some answer 400, not 404).
+        if let Err(Retry::SessionLost) = self.attempt(&args, &ctx, &tx).await {
+            tracing::warn!(mcp = %self.server(), "the MCP session is gone; starting a new one");
+            self.client.reset().await;
+            if let Err(Retry::SessionLost) = self.attempt(&args, &ctx, &tx).await {
+                let _ = tx.send(Err(ToolError::msg(format!(
+                    "the MCP server \"{}\" rejected the session twice; it is not usable now.",
+                    self.server()
+                ))));
+            }
+        }
+    }
+
+    async fn attempt(&self, args: &Map<String, Value>, ctx: &ToolContext, tx: &Chunks) -> Result<(), Retry> {
+        let peer = match self.client.peer().await {
+            Ok(peer) => peer,
+            Err(e) => {
+                let _ = tx.send(Err(ToolError::msg(e)));
+                return Ok(());
+            }
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(self.info.name.clone()).with_arguments(args.clone()),
+        ));
+        let mut handle = match peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(e) => {
+                let _ = tx.send(Err(self.transport_failure(&e)));
+                return Ok(());
+            }
+        };
+        let mut progress = self.client.route(&handle.progress_token);
+
+        // Exactly one cancel notification, never after the response (M1, M4). It goes out from
+        // `on_cancel`, which the agent runs before it records the cancelled result (L4); the
+        // select below covers contexts nobody runs `on_cancel` for. It hands back nothing (M9).
+        let sent = Arc::new(AtomicBool::new(false));
+        let responded = Arc::new(AtomicBool::new(false));
+        {
+            let (sent, responded, peer, id) = (
+                Arc::clone(&sent),
+                Arc::clone(&responded),
+                peer.clone(),
+                handle.id.clone(),
+            );
+            let runtime = tokio::runtime::Handle::current();
+            let reason_ctx = ctx.clone();
+            ctx.set_on_cancel(move || {
+                if !responded.load(Ordering::SeqCst) && !sent.swap(true, Ordering::SeqCst) {
+                    runtime.spawn(send_cancel(peer, id, cancel_reason(&reason_ctx)));
+                }
+                None
+            });
+        }
+
+        let mut messages: Vec<String> = Vec::new();
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                () = ctx.cancelled() => {
+                    if !responded.load(Ordering::SeqCst) && !sent.swap(true, Ordering::SeqCst) {
+                        send_cancel(peer.clone(), handle.id.clone(), cancel_reason(ctx)).await;
+                    }
+                    // The response, if it ever comes, is dropped with the receiver (M3).
+                    break Ok(());
+                }
+                Some(update) = progress.recv() => self.progress(ctx, tx, &mut messages, update),
+                response = &mut handle.rx => {
+                    responded.store(true, Ordering::SeqCst);
+                    break self.finish(response, tx, &messages);
+                }
+            }
+        };
+        self.client.unroute(&handle.progress_token);
+        outcome
+    }
+
+    fn progress(&self, ctx: &ToolContext, tx: &Chunks, messages: &mut Vec<String>, update: Progress) {
+        let amount = match update.total {
+            Some(total) => format!("{}/{}", update.progress, total),
+            None => format!("{}", update.progress),
+        };
+        let text = match &update.message {
+            Some(message) => format!("{message} ({amount})"),
+            None => format!("progress {amount}"),
+        };
+        ctx.report(&text, Some("progress"));
+        if let Some(message) = update.message {
+            // Progress messages as cumulative chunks: shown while running, not the result.
+            messages.push(message);
+            let _ = tx.send(Ok(ToolResponse::partial(messages.join("\n"))));
+        }
+    }
+
+    fn finish(
+        &self,
+        response: Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
+        tx: &Chunks,
+        _messages: &[String],
+    ) -> Result<(), Retry> {
+        let item = match response {
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(map_result(result)),
+            Ok(Ok(ServerResult::EmptyResult(_))) => Ok(ToolResponse::new(Vec::new())),
+            Ok(Ok(other)) => Err(ToolError::msg(format!(
+                "the MCP server \"{}\" answered with {} instead of a tool result; agentry cannot use it.",
+                self.server(),
+                result_kind(&other)
+            ))),
+            Ok(Err(ServiceError::McpError(error))) => Err(ToolError::msg(format!(
+                "the MCP server \"{}\" refused the call: {} (JSON-RPC error {})",
+                self.server(),
+                error.message,
+                error.code.0
+            ))),
+            Ok(Err(e)) => {
+                if self.session_lost(&e) {
+                    return Err(Retry::SessionLost);
+                }
+                Err(self.transport_failure(&e))
+            }
+            // The responder went away: the connection closed under the call.
+            Err(_) => Err(self.transport_failure(&ServiceError::TransportClosed)),
+        };
+        let _ = tx.send(item);
+        Ok(())
+    }
+
+    fn session_lost(&self, error: &ServiceError) -> bool {
+        if !matches!(self.client.config().transport, McpTransport::Http { .. }) {
+            return false;
+        }
+        let text = error_chain(error).to_ascii_lowercase();
+        text.contains("session") && (text.contains("400") || text.contains("404") || text.contains("expired"))
+    }
+
+    fn transport_failure(&self, error: &ServiceError) -> ToolError {
+        let reason = error_chain(error);
+        self.client.mark_down(&reason);
+        let mut text = format!(
+            "the MCP server \"{}\" closed the connection during the call ({reason}); it may have crashed, and \
+             the call may have partly run. The next call will try to restart it.",
+            self.server()
+        );
+        let tail = self.client.stderr_tail();
+        if !tail.is_empty() {
+            let last: Vec<&str> = tail.iter().rev().take(5).rev().map(String::as_str).collect();
+            text.push_str("\nIts last stderr lines:\n");
+            text.push_str(&last.join("\n"));
+        }
+        ToolError::msg(text)
+    }
+}
+
+enum Retry {
+    SessionLost,
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+fn result_kind(result: &ServerResult) -> &'static str {
+    match result {
+        ServerResult::CreateTaskResult(_) => "a task",
+        ServerResult::InputRequiredResult(_) => "a request for more input",
+        _ => "another kind of result",
+    }
+}
+
+/// MCP content → our blocks; nothing is dropped: kinds we cannot carry become short notes.
+/// `isError` makes an error result; `structuredContent` and `_meta` go to the metadata (kept in
+/// memory with the result).
+pub(crate) fn map_result(result: CallToolResult) -> ToolResponse {
+    let mut content = Vec::with_capacity(result.content.len());
+    for block in result.content {
+        content.push(match block {
+            rmcp::model::ContentBlock::Text(text) => ContentBlock::text(text.text),
+            rmcp::model::ContentBlock::Image(image) => ContentBlock::Image {
+                source: MediaSource::Base64 {
+                    media_type: image.mime_type,
+                    data: image.data,
+                },
+            },
+            rmcp::model::ContentBlock::Audio(audio) => ContentBlock::Audio {
+                source: MediaSource::Base64 {
+                    media_type: audio.mime_type,
+                    data: audio.data,
+                },
+            },
+            rmcp::model::ContentBlock::Resource(embedded) => match embedded.resource {
+                ResourceContents::TextResourceContents { uri, text, .. } => {
+                    ContentBlock::text(format!("[resource {uri}]\n{text}"))
+                }
+                ResourceContents::BlobResourceContents {
+                    uri, mime_type, blob, ..
+                } => match mime_type {
+                    Some(mime) if mime.starts_with("image/") => ContentBlock::Image {
+                        source: MediaSource::Base64 {
+                            media_type: mime,
+                            data: blob,
+                        },
+                    },
+                    mime => ContentBlock::text(format!(
+                        "[resource {uri} ({}), {} bytes of base64 not shown]",
+                        mime.as_deref().unwrap_or("binary"),
+                        blob.len()
+                    )),
+                },
+                other => ContentBlock::text(format!("[resource of an unsupported kind: {}]", json!(other))),
+            },
+            rmcp::model::ContentBlock::ResourceLink(link) => {
+                let mime = link.mime_type.map(|m| format!(" ({m})")).unwrap_or_default();
+                let about = link.description.map(|d| format!(": {d}")).unwrap_or_default();
+                ContentBlock::text(format!(
+                    "[resource link: {} {}{mime}{about}]",
+                    link.name, link.uri
+                ))
+            }
+            other => ContentBlock::text(format!("[content of an unsupported kind: {}]", json!(other))),
+        });
+    }
+    let mut response = ToolResponse::new(content);
+    response.is_error = result.is_error.unwrap_or(false);
+    if let Some(structured) = result.structured_content {
+        response.metadata.insert("structured_content".into(), structured);
+    }
+    if let Some(meta) = result.meta {
+        response.metadata.insert(
+            "mcp_meta".into(),
+            serde_json::to_value(meta).unwrap_or(Value::Null),
+        );
+    }
+    response
+}

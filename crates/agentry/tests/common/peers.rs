@@ -1,0 +1,56 @@
+//! Where the third-party test peers are (installed by `scripts/install-test-peers`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+
+use agentry::mcp::McpServerConfig;
+
+/// The peers' directory; the tests fail (they do not skip) when it is missing.
+pub fn peers() -> PathBuf {
+    let dir = std::env::var_os("AGENTRY_TEST_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-peers"));
+    assert!(
+        dir.join(".installed-v1").exists(),
+        "the MCP test peers are not installed in {}: run scripts/install-test-peers",
+        dir.display()
+    );
+    dir
+}
+
+pub fn npm_package(path: &str) -> String {
+    peers().join("npm/node_modules").join(path).display().to_string()
+}
+
+/// `@modelcontextprotocol/server-everything` over stdio.
+pub fn everything() -> McpServerConfig {
+    McpServerConfig::stdio(
+        "everything",
+        "node",
+        [
+            npm_package("@modelcontextprotocol/server-everything/dist/index.js"),
+            "stdio".into(),
+        ],
+    )
+}
+
+/// `@modelcontextprotocol/server-filesystem` rooted at `root`.
+pub fn filesystem(root: &std::path::Path) -> McpServerConfig {
+    McpServerConfig::stdio(
+        "fs",
+        "node",
+        [
+            npm_package("@modelcontextprotocol/server-filesystem/dist/index.js"),
+            root.display().to_string(),
+        ],
+    )
+}
+
+/// PyPI `mcp-server-fetch`, allowed to fetch from loopback.
+pub fn fetch() -> McpServerConfig {
+    McpServerConfig::stdio(
+        "fetch",
+        peers().join("venv/bin/mcp-server-fetch").display().to_string(),
+        ["--ignore-robots-txt", "--allow-private-ips"],
+    )
+}
