@@ -51,3 +51,17 @@ async fn everything_over_stdio_echo_sum_structured_and_image() {
     assert_eq!(sum.text_content(), "The sum of 2 and 40 is 42.");
     eprintln!("{names:?}");
 }
+
+#[tokio::test]
+async fn probe_test_server_builds_on_demand() {
+    let client = McpClient::connect(peers::test_server(&[])).await.unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_mcp_client(&client, McpToolOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&toolkit, "echo", json!({"text": "hi"})).await.text_content(),
+        "hi"
+    );
+}

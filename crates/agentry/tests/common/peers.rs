@@ -54,3 +54,20 @@ pub fn fetch() -> McpServerConfig {
         ["--ignore-robots-txt", "--allow-private-ips"],
     )
 }
+
+/// The rmcp-built test server of `agentry-testkit` (built once here if this test run did not).
+pub fn test_server(args: &[&str]) -> McpServerConfig {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let bin = BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().and_then(|deps| deps.parent()).unwrap().to_path_buf();
+        let bin = dir.join("mcp-test-server");
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-p", "agentry-testkit", "--bin", "mcp-test-server"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "cannot build mcp-test-server");
+        bin
+    });
+    McpServerConfig::stdio("test", bin.display().to_string(), args.iter().copied())
+}
