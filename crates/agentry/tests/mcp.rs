@@ -1,11 +1,14 @@
-//! MCP tools from real servers we did not write, through the same Toolkit and agent as local
-//! tools: `@modelcontextprotocol/server-everything`, `server-filesystem`, PyPI `mcp-server-fetch`.
+//! MCP tools from real servers we did not write (`@modelcontextprotocol/server-everything`,
+//! `server-filesystem`) and from our rmcp test server, called through the Toolkit exactly like
+//! local tools: content mapping, errors as results, crashes, restarts, tool-list changes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use agentry::mcp::{McpClient, McpStatus, McpToolOptions};
-use agentry::message::ToolUseBlock;
+use std::time::Duration;
+
+use agentry::mcp::{McpClient, McpError, McpServerConfig, McpStatus, McpToolOptions};
+use agentry::message::{ContentBlock, MediaSource, ToolUseBlock};
 use agentry::tool::{CancellationToken, ToolContext, ToolResponse, Toolkit};
 use common::peers;
 use futures::StreamExt;
@@ -28,40 +31,200 @@ async fn call(toolkit: &Toolkit, name: &str, input: Value) -> ToolResponse {
     chunks.last().cloned().unwrap()
 }
 
-#[tokio::test]
-async fn everything_over_stdio_echo_sum_structured_and_image() {
-    let client = McpClient::connect(peers::everything()).await.unwrap();
-    assert!(
-        matches!(client.status(), McpStatus::Connected { .. }),
-        "{:?}",
-        client.status()
-    );
+async fn registered(config: McpServerConfig, options: McpToolOptions) -> (McpClient, Toolkit, Vec<String>) {
+    let client = McpClient::connect(config).await.unwrap();
     let toolkit = Toolkit::new();
-    let names = toolkit
-        .register_mcp_client(&client, McpToolOptions::new())
-        .await
-        .unwrap();
-    assert!(
-        names.contains(&"echo".to_owned()) && names.contains(&"get-sum".to_owned()),
-        "{names:?}"
-    );
-    let echo = call(&toolkit, "echo", json!({"message": "hello"})).await;
-    assert_eq!(echo.text_content(), "Echo: hello");
-    let sum = call(&toolkit, "get-sum", json!({"a": 2, "b": 40})).await;
-    assert_eq!(sum.text_content(), "The sum of 2 and 40 is 42.");
-    eprintln!("{names:?}");
+    let names = toolkit.register_mcp_client(&client, options).await.unwrap();
+    (client, toolkit, names)
 }
 
 #[tokio::test]
-async fn probe_test_server_builds_on_demand() {
-    let client = McpClient::connect(peers::test_server(&[])).await.unwrap();
-    let toolkit = Toolkit::new();
-    toolkit
-        .register_mcp_client(&client, McpToolOptions::new())
-        .await
-        .unwrap();
-    assert_eq!(
-        call(&toolkit, "echo", json!({"text": "hi"})).await.text_content(),
-        "hi"
+async fn everything_over_stdio_text_tools() {
+    let (client, toolkit, names) = registered(peers::everything(), McpToolOptions::new()).await;
+    assert!(
+        matches!(&client.status(), McpStatus::Connected { server, .. } if server.contains("everything")),
+        "{:?}",
+        client.status()
     );
+    for expected in [
+        "echo",
+        "get-sum",
+        "get-tiny-image",
+        "trigger-long-running-operation",
+    ] {
+        assert!(
+            names.contains(&expected.to_owned()),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let echo = call(&toolkit, "echo", json!({"message": "hello"})).await;
+    assert_eq!(echo.text_content(), "Echo: hello");
+    assert!(!echo.is_error);
+    let sum = call(&toolkit, "get-sum", json!({"a": 2, "b": 40})).await;
+    assert_eq!(sum.text_content(), "The sum of 2 and 40 is 42.");
+    // The server's schema is enforced before the call leaves the process.
+    let bad = call(&toolkit, "get-sum", json!({"a": "two", "b": 40})).await;
+    assert!(bad.is_error, "{bad:?}");
+    assert!(bad.text_content().contains("a"), "{}", bad.text_content());
+    client.close().await;
+}
+
+#[tokio::test]
+async fn everything_structured_content_goes_to_metadata() {
+    let (_client, toolkit, _) = registered(peers::everything(), McpToolOptions::new()).await;
+    let weather = call(&toolkit, "get-structured-content", json!({"location": "Chicago"})).await;
+    assert!(!weather.is_error);
+    let structured = &weather.metadata["structured_content"];
+    assert_eq!(structured["temperature"], 36);
+    assert_eq!(structured["conditions"], "Light rain / drizzle");
+    // The text block the server sends for older clients is what the model reads.
+    let text: Value = serde_json::from_str(&weather.text_content()).unwrap();
+    assert_eq!(&text, structured);
+}
+
+#[tokio::test]
+async fn everything_images_and_resources_become_blocks_and_notes() {
+    let (_client, toolkit, _) = registered(peers::everything(), McpToolOptions::new()).await;
+    let image = call(&toolkit, "get-tiny-image", json!({})).await;
+    let png = image.content.iter().find_map(|b| match b {
+        ContentBlock::Image {
+            source: MediaSource::Base64 { media_type, data },
+        } => Some((media_type.clone(), data.len())),
+        _ => None,
+    });
+    let (media_type, len) = png.unwrap_or_else(|| panic!("no image in {image:?}"));
+    assert_eq!(media_type, "image/png");
+    assert!(len > 100);
+
+    let links = call(&toolkit, "get-resource-links", json!({"count": 2})).await;
+    let text = links.text_content();
+    assert_eq!(text.matches("[resource link: ").count(), 2, "{text}");
+    assert!(text.contains("demo://resource/"), "{text}");
+
+    let reference = call(
+        &toolkit,
+        "get-resource-reference",
+        json!({"resourceType": "Text", "resourceId": 3}),
+    )
+    .await;
+    let text = reference.text_content();
+    assert!(text.contains("[resource demo://resource/"), "{text}");
+    assert!(!reference.is_error);
+}
+
+#[tokio::test]
+async fn filesystem_outside_the_root_is_an_error_result() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("notes.txt"), "remember the milk").unwrap();
+    let (_client, toolkit, names) = registered(
+        peers::filesystem(root.path()),
+        McpToolOptions::new()
+            .prefix("fs__")
+            .disable(["write_file", "edit_file", "move_file"]),
+    )
+    .await;
+    assert!(names.iter().all(|n| n.starts_with("fs__")), "{names:?}");
+    assert!(!names.contains(&"fs__write_file".to_owned()));
+    let path = root.path().join("notes.txt").display().to_string();
+    let read = call(&toolkit, "fs__read_text_file", json!({"path": path})).await;
+    assert_eq!(read.text_content(), "remember the milk");
+    let denied = call(&toolkit, "fs__read_text_file", json!({"path": "/etc/hostname"})).await;
+    assert!(denied.is_error, "{denied:?}");
+    assert!(
+        denied.text_content().to_lowercase().contains("access denied"),
+        "{}",
+        denied.text_content()
+    );
+    let unknown = call(&toolkit, "fs__write_file", json!({"path": path, "content": "x"})).await;
+    assert!(unknown.is_error, "a disabled tool is not callable");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("notes.txt")).unwrap(),
+        "remember the milk"
+    );
+}
+
+#[tokio::test]
+async fn everything_over_streamable_http_survives_a_server_restart() {
+    let port = peers::free_port();
+    let server = peers::EverythingHttp::start(port).await;
+    let (client, toolkit, _) =
+        registered(McpServerConfig::http("web", server.url()), McpToolOptions::new()).await;
+    assert_eq!(
+        call(&toolkit, "echo", json!({"message": "one"}))
+            .await
+            .text_content(),
+        "Echo: one"
+    );
+    // The server forgets our session when it restarts: the next call starts a new one.
+    drop(server);
+    let _server = peers::EverythingHttp::start(port).await;
+    let again = call(&toolkit, "echo", json!({"message": "two"})).await;
+    assert_eq!(again.text_content(), "Echo: two", "{again:?}");
+    client.ping().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crash_mid_call_is_an_error_result_and_the_next_call_restarts_the_server() {
+    let (client, toolkit, _) = registered(peers::test_server(&[]), McpToolOptions::new()).await;
+    let crashed = call(&toolkit, "crash", json!({})).await;
+    assert!(crashed.is_error);
+    let text = crashed.text_content();
+    assert!(text.contains("closed the connection during the call"), "{text}");
+    assert!(
+        text.contains("about to crash in the middle of a call"),
+        "the stderr tail is shown: {text}"
+    );
+    assert!(
+        matches!(client.status(), McpStatus::Down(_)),
+        "{:?}",
+        client.status()
+    );
+    let echo = call(&toolkit, "echo", json!({"text": "back"})).await;
+    assert_eq!(echo.text_content(), "back", "{echo:?}");
+    assert!(matches!(client.status(), McpStatus::Connected { .. }));
+}
+
+#[tokio::test]
+async fn a_server_that_fails_or_is_too_slow_to_start_is_a_clear_error() {
+    let err = McpClient::connect(peers::test_server(&["--fail-start"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, McpError::Start { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("the test server was told to fail at startup"),
+        "{text}"
+    );
+
+    let slow = peers::test_server(&["--slow-start", "5000"]).startup_timeout(Duration::from_millis(300));
+    let err = McpClient::connect(slow).await.unwrap_err().to_string();
+    assert!(err.contains("starting slowly"), "{err}");
+
+    let missing = McpServerConfig::stdio("ghost", "/nonexistent/mcp-server", Vec::<String>::new());
+    let err = McpClient::connect(missing).await.unwrap_err().to_string();
+    assert!(
+        err.contains("ghost") && err.contains("/nonexistent/mcp-server"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_tool_list_is_picked_up_and_removal_takes_the_tools_away() {
+    let (_client, toolkit, names) = registered(peers::test_server(&[]), McpToolOptions::new()).await;
+    assert!(!names.contains(&"extra".to_owned()));
+    assert_eq!(call(&toolkit, "grow", json!({})).await.text_content(), "grown");
+    for _ in 0..200 {
+        if toolkit.tool_names().contains(&"extra".to_owned()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        call(&toolkit, "extra", json!({})).await.text_content(),
+        "extra here"
+    );
+    assert_eq!(toolkit.remove_mcp_client("test"), 5);
+    assert!(toolkit.tool_names().is_empty(), "{:?}", toolkit.tool_names());
+    let gone = call(&toolkit, "echo", json!({"text": "x"})).await;
+    assert!(gone.is_error && gone.text_content().contains("echo"), "{gone:?}");
 }

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::McpError;
 use super::config::{McpServerConfig, McpTransport};
+use super::http::SessionAwareClient;
 
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 40;
@@ -263,7 +264,10 @@ impl McpClient {
             }
             McpTransport::Http { url, headers } => {
                 crate::model::openai::install_crypto_provider();
-                let transport = StreamableHttpClientTransport::from_config(
+                let http = SessionAwareClient::new()
+                    .map_err(|e| self.start_error(format!("cannot build the HTTP client: {e}")))?;
+                let transport = StreamableHttpClientTransport::with_client(
+                    http,
                     StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(header_map(headers)?),
                 );

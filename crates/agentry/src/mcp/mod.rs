@@ -20,6 +20,7 @@
 
 mod client;
 mod config;
+mod http;
 mod register;
 mod tool;
 

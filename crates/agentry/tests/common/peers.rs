@@ -71,3 +71,53 @@ pub fn test_server(args: &[&str]) -> McpServerConfig {
     });
     McpServerConfig::stdio("test", bin.display().to_string(), args.iter().copied())
 }
+
+/// A free loopback port (bound and released; the caller binds it again right away).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `server-everything` over Streamable HTTP on `port`, killed on drop.
+pub struct EverythingHttp {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl EverythingHttp {
+    pub async fn start(port: u16) -> EverythingHttp {
+        let child = std::process::Command::new("node")
+            .arg(npm_package(
+                "@modelcontextprotocol/server-everything/dist/index.js",
+            ))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = EverythingHttp { child, port };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return server;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        drop(server);
+        panic!("server-everything did not listen on {port}");
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for EverythingHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
