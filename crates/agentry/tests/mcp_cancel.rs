@@ -1,0 +1,590 @@
+//! Cancelling MCP tool calls from the agent (spec 3.8, M1-M9, T4): the agent talks to the fake
+//! model server, the tools live in real MCP servers (our rmcp test server, which logs every
+//! `notifications/cancelled` it gets; `server-everything`, which ignores cancels;
+//! `mcp-server-fetch`, which honours them). Each test is named after the statements it proves.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentry::agent::{AgentEvent, ReActAgent};
+use agentry::mcp::{McpClient, McpServerConfig, McpToolOptions};
+use agentry::message::Msg;
+use agentry::tool::{
+    CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, FunctionTool, ToolCallState, Toolkit,
+};
+use agentry_testkit::{Call, FakeLlm, Reply};
+use common::probe::{Driver, finished};
+use common::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// An agent whose toolkit holds the MCP server's tools, with the fake model scripted.
+async fn setup(
+    server: McpServerConfig,
+    options: McpToolOptions,
+    script: Vec<Reply>,
+) -> (FakeLlm, ReActAgent, McpClient) {
+    let fake = FakeLlm::start().await;
+    for reply in script {
+        fake.push(reply);
+    }
+    let client = McpClient::connect(server).await.unwrap();
+    let toolkit = Toolkit::new();
+    toolkit.register_mcp_client(&client, options).await.unwrap();
+    let agent = builder(&fake, true, toolkit).build().unwrap();
+    (fake, agent, client)
+}
+
+fn call(id: &str, name: &str, args: Value) -> Call {
+    Call::new(id, name, args.to_string())
+}
+
+fn progress_of(call_id: &str) -> impl Fn(&AgentEvent) -> bool + '_ {
+    move |e| matches!(e, AgentEvent::ToolProgress { call_id: id, .. } if id == call_id)
+}
+
+fn progress_count(events: &[AgentEvent], call_id: &str) -> usize {
+    events.iter().filter(|e| progress_of(call_id)(e)).count()
+}
+
+/// The test server's stderr lines about cancel notifications, once `expect` of them arrived
+/// (or after a while, to show that no more come).
+async fn cancel_lines(client: &McpClient, expect: usize) -> Vec<String> {
+    let lines = || -> Vec<String> {
+        client
+            .stderr_tail()
+            .into_iter()
+            .filter(|l| l.starts_with("notifications/cancelled"))
+            .collect()
+    };
+    for _ in 0..200 {
+        if lines().len() >= expect {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    lines()
+}
+
+async fn stderr_contains(client: &McpClient, needle: &str) -> bool {
+    for _ in 0..200 {
+        if client.stderr_tail().iter().any(|l| l.contains(needle)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+fn cancelled_running(reason: CancelReason) -> ToolCallState {
+    ToolCallState::Cancelled {
+        phase: CancelPhase::Running,
+        partial: false,
+        reason,
+    }
+}
+
+#[tokio::test]
+async fn m1_m6_m9_a_user_cancel_sends_one_notification_and_the_session_stays_usable() {
+    let (fake, agent, client) = setup(
+        peers::test_server(&[]),
+        McpToolOptions::new(),
+        vec![
+            Reply::tool_calls([call("c1", "slow", json!({"seconds": 30}))]),
+            Reply::tool_calls([call("c2", "echo", json!({"text": "still here"}))]),
+            Reply::text("done"),
+        ],
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    // The server is running the call once it reports progress.
+    driver.wait_for("progress of c1", progress_of("c1")).await;
+    assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
+    let (reply, events) = driver.finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("done"));
+
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(
+        state_of(&events, "c1"),
+        cancelled_running(CancelReason::User),
+        "no on_cancel (M9)"
+    );
+    assert_eq!(stored(&memory, "c1").0, CANCELLED_RUNNING);
+    assert_eq!(tool_message(&fake, 1, "c1"), CANCELLED_RUNNING);
+    // The session goes on: the next call of the same reply and a ping work (M6).
+    assert_eq!(tool_message(&fake, 2, "c2"), "still here");
+    client.ping().await.unwrap();
+
+    // Exactly one notification, with the reason, and the server's handler saw it (M1).
+    assert!(
+        stderr_contains(&client, "handler saw the cancel").await,
+        "{:?}",
+        client.stderr_tail()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = cancel_lines(&client, 1).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with("reason=user cancelled"), "{lines:?}");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn m1_a_reply_cancel_says_reply_cancelled() {
+    let (fake, agent, client) = setup(
+        peers::test_server(&[]),
+        McpToolOptions::new(),
+        vec![Reply::tool_calls([call("c1", "slow", json!({"seconds": 30}))])],
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver.wait_for("progress of c1", progress_of("c1")).await;
+    assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(state_of(&events, "c1"), cancelled_running(CancelReason::Reply));
+    assert_eq!(stored(&memory, "c1").0, CANCELLED_RUNNING);
+    let lines = cancel_lines(&client, 1).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with("reason=reply cancelled"), "{lines:?}");
+    assert_eq!(fake.request_count(), 1, "no model request after a reply cancel");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn m1_t4_progress_renews_the_timeout_up_to_the_hard_limit() {
+    // Progress every 100 ms keeps renewing the 400 ms timeout; the 2 s limit stops the call.
+    let (fake, agent, client) = setup(
+        peers::test_server(&[]),
+        McpToolOptions::new()
+            .timeout(Duration::from_millis(400))
+            .max_timeout(Duration::from_secs(2)),
+        vec![
+            Reply::tool_calls([call("c1", "slow", json!({"seconds": 30}))]),
+            Reply::text("too slow"),
+        ],
+    )
+    .await;
+    let (reply, events) = Driver::new(agent.start_reply(Msg::user("go"))).finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("too slow"));
+    check_all(&agent, &events).await;
+    assert_eq!(
+        state_of(&events, "c1"),
+        ToolCallState::TimedOut { partial: false }
+    );
+    // More progress than fits in one 400 ms timeout: the timer was renewed.
+    assert!(progress_count(&events, "c1") >= 8, "{events:#?}");
+    let text = tool_message(&fake, 1, "c1");
+    assert!(text.starts_with("This tool call timed out after "), "{text}");
+    let lines = cancel_lines(&client, 1).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with("reason=timed out"), "{lines:?}");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn m4_no_notification_for_a_call_that_already_answered() {
+    let (fake, agent, client) = setup(
+        peers::test_server(&[]),
+        McpToolOptions::new(),
+        vec![
+            Reply::tool_calls([call("c1", "echo", json!({"text": "quick"}))]),
+            Reply::tool_calls([call("c2", "slow", json!({"seconds": 30}))]),
+            Reply::text("done"),
+        ],
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver.wait_for("c1 finished", finished("c1")).await;
+    driver.wait_for("progress of c2", progress_of("c2")).await;
+    assert!(
+        matches!(
+            handle.cancel_call("c1"),
+            CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))
+        ),
+        "a cancel that loses the race (C3)"
+    );
+    assert_eq!(handle.cancel_call("c2"), CancelOutcome::Cancelled);
+    let (_, events) = driver.finish().await;
+    check_all(&agent, &events).await;
+    assert_eq!(tool_message(&fake, 1, "c1"), "quick");
+    assert!(stderr_contains(&client, "handler saw the cancel").await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // One notification in all: for c2, none for the answered c1 nor for `initialize`.
+    let lines = cancel_lines(&client, 2).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn m7_server_progress_becomes_tool_progress_events_not_the_result() {
+    let (fake, agent, _client) = setup(
+        peers::everything(),
+        McpToolOptions::new(),
+        vec![
+            Reply::tool_calls([call(
+                "c1",
+                "trigger-long-running-operation",
+                json!({"duration": 0.3, "steps": 3}),
+            )]),
+            Reply::text("done"),
+        ],
+    )
+    .await;
+    let (reply, events) = Driver::new(agent.start_reply(Msg::user("go"))).finish().await;
+    reply.unwrap();
+    check_all(&agent, &events).await;
+    let reports: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolProgress { call_id, message, .. } if call_id == "c1" => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reports, ["progress 1/3", "progress 2/3", "progress 3/3"]);
+    assert_eq!(
+        tool_message(&fake, 1, "c1"),
+        "Long running operation completed. Duration: 0.3 seconds, Steps: 3."
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn m3_m6_a_server_that_ignores_the_cancel_cannot_touch_the_result() {
+    // server-everything ignores cancels: its progress keeps coming for a while.
+    let (fake, agent, client) = setup(
+        peers::everything(),
+        McpToolOptions::new(),
+        vec![
+            Reply::tool_calls([call(
+                "c1",
+                "trigger-long-running-operation",
+                json!({"duration": 1.5, "steps": 15}),
+            )]),
+            Reply::tool_calls([call("c2", "echo", json!({"message": "after"}))]),
+            Reply::text("done"),
+        ],
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver.wait_for("progress of c1", progress_of("c1")).await;
+    assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
+    let (reply, events) = driver.finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("done"));
+    let memory = check_all(&agent, &events).await;
+    // Nothing of c1 after its end: no progress, no second result (M3).
+    let end = events.iter().position(finished("c1")).unwrap();
+    assert_eq!(progress_count(&events[end..], "c1"), 0, "{events:#?}");
+    assert_eq!(stored(&memory, "c1").0, CANCELLED_RUNNING);
+    assert_eq!(tool_message(&fake, 2, "c2"), "Echo: after");
+    // Past the time the server would have finished: the session still answers (M6).
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    client.ping().await.unwrap();
+    assert_eq!(
+        consistent_memory(&agent).await.len(),
+        memory.len(),
+        "memory untouched (Y5)"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_reply_mixes_local_and_mcp_tools_in_parallel() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([
+        call("c1", "everything__get-sum", json!({"a": 2, "b": 40})),
+        call("c2", "shout", json!({"text": "hi"})),
+        call("c3", "everything__echo", json!({"message": "mcp"})),
+    ]));
+    fake.push(Reply::text("all three"));
+    let client = McpClient::connect(peers::everything()).await.unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_mcp_client(
+            &client,
+            McpToolOptions::new()
+                .prefix("everything__")
+                .enable(["get-sum", "echo"]),
+        )
+        .await
+        .unwrap();
+    toolkit
+        .register(FunctionTool::new(
+            "shout",
+            "Upper-cases the text.",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            |args, _ctx| {
+                let text = args
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_uppercase();
+                futures::stream::once(async move { Ok(agentry::tool::ToolResponse::text(text)) }).boxed()
+            },
+        ))
+        .unwrap();
+    let agent = builder(&fake, true, toolkit)
+        .parallel_tool_calls(true)
+        .build()
+        .unwrap();
+    let (reply, events) = Driver::new(agent.start_reply(Msg::user("go"))).finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("all three"));
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(tool_message(&fake, 1, "c1"), "The sum of 2 and 40 is 42.");
+    assert_eq!(tool_message(&fake, 1, "c2"), "HI");
+    assert_eq!(tool_message(&fake, 1, "c3"), "Echo: mcp");
+    // The model sees the MCP tools with their schemas, under their prefixed names.
+    let tools = &fake.requests()[0].body["tools"];
+    let sum = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "everything__get-sum")
+        .unwrap();
+    assert!(
+        sum["function"]["parameters"]["properties"]["a"].is_object(),
+        "{sum}"
+    );
+    // Results are stored in call order.
+    let ids: Vec<String> = memory
+        .iter()
+        .flat_map(|m| m.tool_results().map(|r| r.id.clone()))
+        .collect();
+    assert_eq!(ids, ["c1", "c2", "c3"]);
+    fake.assert_no_violations();
+}
+
+/// A TCP proxy in front of an HTTP server that remembers, per connection, whether it carried a
+/// `tools/call` and when the client closed it.
+struct SniffingProxy {
+    port: u16,
+    tool_call_closed: Arc<AtomicBool>,
+    tool_call_seen: Arc<AtomicBool>,
+}
+
+impl SniffingProxy {
+    async fn start(upstream: u16) -> SniffingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let tool_call_closed = Arc::new(AtomicBool::new(false));
+        let tool_call_seen = Arc::new(AtomicBool::new(false));
+        let (closed, seen) = (Arc::clone(&tool_call_closed), Arc::clone(&tool_call_seen));
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let (closed, seen) = (Arc::clone(&closed), Arc::clone(&seen));
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (mut in_read, mut in_write) = inbound.split();
+                    let (mut out_read, mut out_write) = outbound.split();
+                    let carried_call = AtomicBool::new(false);
+                    let upload = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            match in_read.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if buf[..n].windows(10).any(|w| w == b"tools/call") {
+                                        carried_call.store(true, Ordering::SeqCst);
+                                        seen.store(true, Ordering::SeqCst);
+                                    }
+                                    if out_write.write_all(&buf[..n]).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                        // The client closed its side of the connection.
+                        if carried_call.load(Ordering::SeqCst) {
+                            closed.store(true, Ordering::SeqCst);
+                        }
+                    };
+                    let download = tokio::io::copy(&mut out_read, &mut in_write);
+                    tokio::select! {
+                        () = upload => {}
+                        _ = download => {}
+                    }
+                });
+            }
+        });
+        SniffingProxy {
+            port,
+            tool_call_closed,
+            tool_call_seen,
+        }
+    }
+}
+
+#[tokio::test]
+async fn m2_on_http_the_cancel_closes_the_request_stream() {
+    let server = peers::EverythingHttp::start(peers::free_port()).await;
+    let proxy = SniffingProxy::start(server.port).await;
+    let url = format!("http://127.0.0.1:{}/mcp", proxy.port);
+    let (fake, agent, client) = setup(
+        McpServerConfig::http("web", url),
+        McpToolOptions::new(),
+        vec![
+            Reply::tool_calls([call(
+                "c1",
+                "trigger-long-running-operation",
+                json!({"duration": 60, "steps": 600}),
+            )]),
+            Reply::tool_calls([call("c2", "echo", json!({"message": "after"}))]),
+            Reply::text("done"),
+        ],
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver.wait_for("progress of c1", progress_of("c1")).await;
+    assert!(proxy.tool_call_seen.load(Ordering::SeqCst));
+    assert!(
+        !proxy.tool_call_closed.load(Ordering::SeqCst),
+        "the call's stream is open while it runs"
+    );
+    assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
+    // The server would hold the stream for a minute; the client closes it now.
+    for _ in 0..1000 {
+        if proxy.tool_call_closed.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        proxy.tool_call_closed.load(Ordering::SeqCst),
+        "the request's SSE stream was not closed"
+    );
+    let (_, events) = driver.finish().await;
+    check_all(&agent, &events).await;
+    assert_eq!(tool_message(&fake, 2, "c2"), "Echo: after");
+    client.ping().await.unwrap();
+    fake.assert_no_violations();
+}
+
+/// An HTTP server with a fast page and a slow one (a byte every 50 ms) that notes when the
+/// client of the slow page goes away.
+struct SlowSite {
+    port: u16,
+    slow_started: Arc<AtomicUsize>,
+    slow_abandoned: Arc<AtomicBool>,
+}
+
+impl SlowSite {
+    async fn start() -> SlowSite {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let slow_started = Arc::new(AtomicUsize::new(0));
+        let slow_abandoned = Arc::new(AtomicBool::new(false));
+        let (started, abandoned) = (Arc::clone(&slow_started), Arc::clone(&slow_abandoned));
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (started, abandoned) = (Arc::clone(&started), Arc::clone(&abandoned));
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let request = String::from_utf8_lossy(&head);
+                    if request.starts_with("GET /fast") {
+                        let body = "fast page";
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = socket.write_all(response.as_bytes()).await;
+                        return;
+                    }
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let header =
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100000\r\n\r\n";
+                    if socket.write_all(header.as_bytes()).await.is_err() {
+                        abandoned.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    for _ in 0..100_000 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        if socket.write_all(b"x").await.is_err() || socket.flush().await.is_err() {
+                            abandoned.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        SlowSite {
+            port,
+            slow_started,
+            slow_abandoned,
+        }
+    }
+}
+
+#[tokio::test]
+async fn m6_a_cancel_really_stops_mcp_server_fetch() {
+    let site = SlowSite::start().await;
+    let slow = format!("http://127.0.0.1:{}/slow", site.port);
+    let fast = format!("http://127.0.0.1:{}/fast", site.port);
+    let (fake, agent, client) = setup(
+        peers::fetch(),
+        McpToolOptions::new(),
+        vec![
+            Reply::tool_calls([call("c1", "fetch", json!({"url": slow, "raw": true}))]),
+            Reply::tool_calls([call("c2", "fetch", json!({"url": fast, "raw": true}))]),
+            Reply::text("done"),
+        ],
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver
+        .wait_for(
+            "c1 started",
+            |e| matches!(e, AgentEvent::ToolStarted { call_id, .. } if call_id == "c1"),
+        )
+        .await;
+    for _ in 0..1000 {
+        if site.slow_started.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        site.slow_started.load(Ordering::SeqCst),
+        1,
+        "the server never fetched the slow page"
+    );
+    assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
+    // The fetch server honours the cancel: it drops the download, which the site notices.
+    for _ in 0..1000 {
+        if site.slow_abandoned.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        site.slow_abandoned.load(Ordering::SeqCst),
+        "the slow download went on after the cancel"
+    );
+    let (reply, events) = driver.finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("done"));
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(stored(&memory, "c1").0, CANCELLED_RUNNING);
+    let page = tool_message(&fake, 2, "c2");
+    assert!(page.contains("fast page"), "{page}");
+    client.ping().await.unwrap();
+    fake.assert_no_violations();
+}
