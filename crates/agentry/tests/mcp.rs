@@ -228,3 +228,56 @@ async fn a_changed_tool_list_is_picked_up_and_removal_takes_the_tools_away() {
     let gone = call(&toolkit, "echo", json!({"text": "x"})).await;
     assert!(gone.is_error && gone.text_content().contains("echo"), "{gone:?}");
 }
+
+#[tokio::test]
+async fn registration_options_group_presets_approval_and_typos() {
+    let client = McpClient::connect(peers::everything()).await.unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .create_group("demo", "The demo server's tools.", false, None)
+        .unwrap();
+    let names = toolkit
+        .register_mcp_client(
+            &client,
+            McpToolOptions::new()
+                .group("demo")
+                .enable(["get-sum", "echo"])
+                .preset("get-sum", "b", json!(40))
+                .require_approval("echo", true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names, ["echo", "get-sum"]);
+    // An inactive group's tools are not offered to the model.
+    assert!(toolkit.json_schemas().is_empty(), "{:?}", toolkit.json_schemas());
+    toolkit.set_groups_active(&["demo"], true).unwrap();
+    let schemas = toolkit.json_schemas();
+    let sum = schemas.iter().find(|s| s.name == "get-sum").unwrap();
+    assert!(sum.parameters["properties"]["a"].is_object());
+    assert!(
+        sum.parameters["properties"].get("b").is_none(),
+        "a preset is hidden: {}",
+        sum.parameters
+    );
+    assert_eq!(
+        call(&toolkit, "get-sum", json!({"a": 2})).await.text_content(),
+        "The sum of 2 and 40 is 42."
+    );
+    let overridden = call(&toolkit, "get-sum", json!({"a": 2, "b": 1})).await;
+    assert!(
+        overridden.is_error,
+        "the model cannot override a preset: {overridden:?}"
+    );
+    assert!(toolkit.policy("echo").require_approval);
+    assert!(!toolkit.policy("get-sum").require_approval);
+
+    // Options naming a tool the server does not have are refused, with the real names.
+    let other = Toolkit::new();
+    let err = other
+        .register_mcp_client(&client, McpToolOptions::new().disable(["get_sum"]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("get_sum") && err.contains("get-sum"), "{err}");
+    assert!(other.tool_names().is_empty());
+}

@@ -14,7 +14,8 @@ use agentry::agent::{AgentEvent, ReActAgent};
 use agentry::mcp::{McpClient, McpServerConfig, McpToolOptions};
 use agentry::message::Msg;
 use agentry::tool::{
-    CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, FunctionTool, ToolCallState, Toolkit,
+    ApprovalDecision, CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, DECLINED, FunctionTool,
+    ToolCallState, Toolkit,
 };
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::probe::{Driver, finished};
@@ -586,5 +587,41 @@ async fn m6_a_cancel_really_stops_mcp_server_fetch() {
     let page = tool_message(&fake, 2, "c2");
     assert!(page.contains("fast page"), "{page}");
     client.ping().await.unwrap();
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn an_mcp_tool_that_requires_approval_waits_for_the_decision() {
+    let (fake, agent, client) = setup(
+        peers::test_server(&[]),
+        McpToolOptions::new().require_approval("echo", true),
+        vec![
+            Reply::tool_calls([call("c1", "echo", json!({"text": "first"}))]),
+            Reply::tool_calls([call("c2", "echo", json!({"text": "second"}))]),
+            Reply::text("done"),
+        ],
+    )
+    .await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver
+        .wait_for("approval of c1", common::probe::asked("c1"))
+        .await;
+    handle
+        .decide("c1", ApprovalDecision::Decline { reason: None })
+        .unwrap();
+    driver
+        .wait_for("approval of c2", common::probe::asked("c2"))
+        .await;
+    handle.decide("c2", ApprovalDecision::Approve).unwrap();
+    let (reply, events) = driver.finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("done"));
+    check_all(&agent, &events).await;
+    assert_eq!(tool_message(&fake, 1, "c1"), DECLINED);
+    assert_eq!(tool_message(&fake, 2, "c2"), "second");
+    assert!(
+        cancel_lines(&client, 0).await.is_empty(),
+        "a decline is not a cancel"
+    );
     fake.assert_no_violations();
 }

@@ -317,3 +317,47 @@ pub(crate) fn map_result(result: CallToolResult) -> ToolResponse {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapped(result: Value) -> ToolResponse {
+        map_result(serde_json::from_value(result).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    #[test]
+    fn every_content_kind_becomes_a_block_or_a_note() {
+        let response = mapped(json!({
+            "content": [
+                {"type": "text", "text": "plain"},
+                {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"uri": "file:///a.bin", "mimeType": "application/zip", "blob": "UEsDBA=="}},
+                {"type": "resource", "resource": {"uri": "file:///p.png", "mimeType": "image/png", "blob": "iVBORw=="}},
+                {"type": "resource", "resource": {"uri": "file:///n.txt", "text": "notes"}},
+                {"type": "resource_link", "uri": "file:///big.csv", "name": "big.csv", "mimeType": "text/csv"}
+            ],
+            "isError": true,
+            "structuredContent": {"rows": 3},
+            "_meta": {"trace": "t1"}
+        }));
+        assert!(response.is_error);
+        assert_eq!(response.content.len(), 6);
+        assert!(
+            matches!(&response.content[1], ContentBlock::Audio { source: MediaSource::Base64 { media_type, .. } } if media_type == "audio/wav")
+        );
+        assert!(matches!(&response.content[3], ContentBlock::Image { .. }));
+        let text = response.text_content();
+        assert!(
+            text.contains("[resource file:///a.bin (application/zip), 8 bytes of base64 not shown]"),
+            "{text}"
+        );
+        assert!(text.contains("[resource file:///n.txt]\nnotes"), "{text}");
+        assert!(
+            text.contains("[resource link: big.csv file:///big.csv (text/csv)]"),
+            "{text}"
+        );
+        assert_eq!(response.metadata["structured_content"], json!({"rows": 3}));
+        assert_eq!(response.metadata["mcp_meta"]["trace"], "t1");
+    }
+}
