@@ -136,8 +136,13 @@ impl ServerHandler for TestServer {
         notification: CancelledNotificationParam,
         _context: NotificationContext<RoleServer>,
     ) {
+        // The arrival time (Unix ns) lets the L4 benchmark measure cancel → notification.
+        let at_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
         eprintln!(
-            "notifications/cancelled request={} reason={}",
+            "notifications/cancelled at_ns={at_ns} request={} reason={}",
             notification
                 .request_id
                 .map(|id| format!("{id:?}"))

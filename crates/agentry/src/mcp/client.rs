@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
-    Tool as RmcpTool,
+    ProtocolVersion, Tool as RmcpTool,
 };
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -64,11 +64,16 @@ struct Handler {
 }
 
 impl ClientHandler for Handler {
+    /// We use the `initialize` handshake, so we offer the newest version that has one: rmcp's
+    /// default (`ProtocolVersion::LATEST`, 2026-07-28) replaced the handshake with per-request
+    /// metadata and is not a version an `initialize` request can name (the MCP conformance
+    /// suite's `initialize` scenario rejects it).
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("agentry", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn on_progress(
