@@ -281,3 +281,37 @@ async fn registration_options_group_presets_approval_and_typos() {
     assert!(err.contains("get_sum") && err.contains("get-sum"), "{err}");
     assert!(other.tool_names().is_empty());
 }
+
+#[tokio::test]
+async fn a_server_that_stays_down_is_reported_and_picked_up_again_when_back() {
+    let port = peers::free_port();
+    let server = peers::EverythingHttp::start(port).await;
+    let config = McpServerConfig::http("web", server.url()).reconnect_attempts(2);
+    let (client, toolkit, _) = registered(config, McpToolOptions::new()).await;
+    assert_eq!(
+        call(&toolkit, "echo", json!({"message": "one"}))
+            .await
+            .text_content(),
+        "Echo: one"
+    );
+    drop(server);
+    for _ in 0..2 {
+        let down = call(&toolkit, "echo", json!({"message": "two"})).await;
+        assert!(down.is_error, "{down:?}");
+        let text = down.text_content();
+        assert!(
+            text.contains("\"web\" is not reachable"),
+            "the server is named: {text}"
+        );
+        assert!(!text.contains("WorkerTransport"), "{text}");
+        assert!(
+            matches!(client.status(), McpStatus::Down(_)),
+            "{:?}",
+            client.status()
+        );
+    }
+    let _server = peers::EverythingHttp::start(port).await;
+    let back = call(&toolkit, "echo", json!({"message": "three"})).await;
+    assert_eq!(back.text_content(), "Echo: three", "{back:?}");
+    assert!(matches!(client.status(), McpStatus::Connected { .. }));
+}

@@ -293,16 +293,9 @@ impl McpClient {
                 )));
             }
         };
-        let (server, version) = service
-            .peer_info()
-            .and_then(|info| {
-                info.server_info
-                    .as_ref()
-                    .map(|s| (s.name.clone(), s.version.clone()))
-            })
-            .unwrap_or_else(|| ("unknown".into(), "?".into()));
-        tracing::info!(mcp = %config.name, %server, %version, "MCP server connected");
-        self.set_status(McpStatus::Connected { server, version });
+        let status = connected_status(service.peer());
+        tracing::info!(mcp = %config.name, status = ?status, "MCP server connected");
+        self.set_status(status);
         Ok(Connection { service })
     }
 
@@ -380,6 +373,15 @@ impl McpClient {
         self.set_status(McpStatus::Down(reason.to_owned()));
     }
 
+    /// Marks the client connected again after a call got an answer (rmcp may have recovered the
+    /// session by itself, without a new connection of ours).
+    pub(crate) fn mark_up(&self, peer: &Peer<RoleClient>) {
+        let mut status = self.inner.status.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*status, McpStatus::Down(_)) {
+            *status = connected_status(peer);
+        }
+    }
+
     /// The tools the server offers now.
     pub async fn list_tools(&self) -> Result<Vec<McpToolInfo>, McpError> {
         let peer = self.peer().await?;
@@ -414,6 +416,19 @@ impl McpClient {
         }
         self.set_status(McpStatus::Down("closed".into()));
     }
+}
+
+/// `Connected` with the server's name and version as it reported them.
+fn connected_status(peer: &Peer<RoleClient>) -> McpStatus {
+    let (server, version) = peer
+        .peer_info()
+        .and_then(|info| {
+            info.server_info
+                .as_ref()
+                .map(|s| (s.name.clone(), s.version.clone()))
+        })
+        .unwrap_or_else(|| ("unknown".into(), "?".into()));
+    McpStatus::Connected { server, version }
 }
 
 fn header_map(

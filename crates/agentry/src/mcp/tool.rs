@@ -142,6 +142,9 @@ impl McpTool {
                 Some(update) = progress.recv() => self.progress(ctx, tx, &mut messages, update),
                 response = &mut handle.rx => {
                     responded.store(true, Ordering::SeqCst);
+                    if matches!(response, Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_)))) {
+                        self.client.mark_up(&peer);
+                    }
                     break self.finish(response, tx, &messages);
                 }
             }
@@ -209,13 +212,24 @@ impl McpTool {
     }
 
     fn transport_failure(&self, error: &ServiceError) -> ToolError {
-        let reason = error_chain(error);
+        let reason = tidy(&error_chain(error));
         self.client.mark_down(&reason);
-        let mut text = format!(
-            "the MCP server \"{}\" closed the connection during the call ({reason}); it may have crashed, and \
-             the call may have partly run. The next call will try to restart it.",
-            self.server()
-        );
+        // A request that could not be sent never ran; say so, the model may simply retry later.
+        let not_sent =
+            matches!(error, ServiceError::TransportSend(_)) && reason.contains("error sending request");
+        let mut text = if not_sent {
+            format!(
+                "the MCP server \"{}\" is not reachable ({reason}); the call was not sent. The next call will try \
+                 to reconnect.",
+                self.server()
+            )
+        } else {
+            format!(
+                "the MCP server \"{}\" closed the connection during the call ({reason}); it may have crashed, \
+                 and the call may have partly run. The next call will try to restart it.",
+                self.server()
+            )
+        };
         let tail = self.client.stderr_tail();
         if !tail.is_empty() {
             let last: Vec<&str> = tail.iter().rev().take(5).rev().map(String::as_str).collect();
@@ -240,6 +254,18 @@ fn error_chain(error: &dyn std::error::Error) -> String {
             out.push_str(&text);
         }
         source = s.source();
+    }
+    out
+}
+
+/// rmcp's transport errors name the Rust types of the transport stack; users need the cause.
+fn tidy(reason: &str) -> String {
+    let mut out = reason.to_owned();
+    while let Some(start) = out.find("Transport [") {
+        let Some(end) = out[start..].find("] error: ") else {
+            break;
+        };
+        out.replace_range(start..start + end + "] error: ".len(), "");
     }
     out
 }
@@ -324,6 +350,17 @@ mod tests {
 
     fn mapped(result: Value) -> ToolResponse {
         map_result(serde_json::from_value(result).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    #[test]
+    fn transport_type_names_are_left_out() {
+        let raw = "Transport send error: Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<a::B>>] error: \
+                   Client error: error sending request for url (http://127.0.0.1:1/mcp)";
+        assert_eq!(
+            tidy(raw),
+            "Transport send error: Client error: error sending request for url (http://127.0.0.1:1/mcp)"
+        );
+        assert_eq!(tidy("Transport closed"), "Transport closed");
     }
 
     #[test]
