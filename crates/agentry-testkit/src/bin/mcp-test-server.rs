@@ -7,7 +7,8 @@
 //! ```
 //! Tools: `echo {text}`, `slow {seconds}` (progress every 100 ms until done or cancelled),
 //! `crash` (the process exits in the middle of the call), `grow` (adds the tool `extra` and
-//! announces `tools/list_changed`), and `extra` once grown.
+//! announces `tools/list_changed`), `noisy {lines}` (floods stderr, then answers), and `extra`
+//! once grown.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::sync::Arc;
@@ -55,6 +56,11 @@ impl TestServer {
                 schema(json!({"type": "object"})),
             ),
             Tool::new("grow", "Adds the tool extra.", schema(json!({"type": "object"}))),
+            Tool::new(
+                "noisy",
+                "Writes many lines to stderr, then answers.",
+                schema(json!({"type": "object", "properties": {"lines": {"type": "integer"}}})),
+            ),
         ];
         if self.grown.load(Ordering::SeqCst) {
             tools.push(Tool::new(
@@ -127,6 +133,14 @@ impl ServerHandler for TestServer {
                 text("grown")
             }
             "extra" => text("extra here"),
+            "noisy" => {
+                // Far more than a pipe buffer: a client that does not read stderr blocks us here.
+                let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(20_000);
+                for n in 1..=lines {
+                    eprintln!("noise line {n} of {lines}, padded to make the pipe fill up faster");
+                }
+                text("quiet now")
+            }
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
     }

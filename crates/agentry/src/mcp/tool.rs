@@ -87,7 +87,7 @@ impl McpTool {
         let peer = match self.client.peer().await {
             Ok(peer) => peer,
             Err(e) => {
-                let _ = tx.send(Err(ToolError::msg(e)));
+                let _ = tx.send(Err(ToolError::msg(format!("{e}; the call was not sent."))));
                 return Ok(());
             }
         };
@@ -100,7 +100,7 @@ impl McpTool {
         {
             Ok(handle) => handle,
             Err(e) => {
-                let _ = tx.send(Err(self.transport_failure(&e)));
+                let _ = tx.send(Err(self.transport_failure(&e, false)));
                 return Ok(());
             }
         };
@@ -194,10 +194,10 @@ impl McpTool {
                 if self.session_lost(&e) {
                     return Err(Retry::SessionLost);
                 }
-                Err(self.transport_failure(&e))
+                Err(self.transport_failure(&e, true))
             }
             // The responder went away: the connection closed under the call.
-            Err(_) => Err(self.transport_failure(&ServiceError::TransportClosed)),
+            Err(_) => Err(self.transport_failure(&ServiceError::TransportClosed, true)),
         };
         let _ = tx.send(item);
         Ok(())
@@ -211,12 +211,13 @@ impl McpTool {
         text.contains("session") && (text.contains("400") || text.contains("404") || text.contains("expired"))
     }
 
-    fn transport_failure(&self, error: &ServiceError) -> ToolError {
+    /// `handed_over`: the request went to the transport (so it may have reached the server).
+    fn transport_failure(&self, error: &ServiceError, handed_over: bool) -> ToolError {
         let reason = tidy(&error_chain(error));
         self.client.mark_down(&reason);
         // A request that could not be sent never ran; say so, the model may simply retry later.
-        let not_sent =
-            matches!(error, ServiceError::TransportSend(_)) && reason.contains("error sending request");
+        let not_sent = !handed_over
+            || matches!(error, ServiceError::TransportSend(_)) && reason.contains("error sending request");
         let mut text = if not_sent {
             format!(
                 "the MCP server \"{}\" is not reachable ({reason}); the call was not sent. The next call will try \
