@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use agentry::message::Msg;
 use clap::Args;
 
-use crate::run::{AgentArgs, EXIT_INTERRUPTED, agent_or_exit, report_error};
+use agentry::agent::ReActAgent;
+
+use crate::run::{AgentArgs, EXIT_INTERRUPTED, Setup, agent_or_exit, report_error};
 use crate::session::{Outcome, Terminal};
 
 #[derive(Debug, Args)]
@@ -16,10 +18,17 @@ pub struct ChatArgs {
 }
 
 pub async fn chat(args: ChatArgs) -> ExitCode {
-    let agent = match agent_or_exit(&args.agent) {
-        Ok(agent) => agent,
+    let Setup { agent, mcp } = match agent_or_exit(&args.agent).await {
+        Ok(setup) => setup,
         Err(code) => return code,
     };
+    let code = converse(&agent).await;
+    mcp.close().await;
+    code
+}
+
+/// Prompts and replies until the user leaves.
+async fn converse(agent: &ReActAgent) -> ExitCode {
     let mut terminal = Terminal::new();
     eprintln!("agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /exit quits.");
     loop {

@@ -3,6 +3,7 @@
 mod builtin;
 mod chat;
 mod config;
+mod mcp;
 mod render;
 mod run;
 mod session;
@@ -29,6 +30,8 @@ enum Command {
     /// Talk with the agent, one prompt after the other. Ctrl-C cancels the current reply;
     /// twice quits, as do Ctrl-D and /exit.
     Chat(chat::ChatArgs),
+    /// Inspect the configured MCP servers.
+    Mcp(mcp::McpArgs),
 }
 
 fn init_tracing() {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Chat(args) => chat::chat(args).await,
+            Command::Mcp(args) => mcp::mcp(args).await,
         }
     });
     // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.

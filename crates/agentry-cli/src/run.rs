@@ -12,6 +12,7 @@ use clap::Args;
 
 use crate::builtin::register_builtin_tools;
 use crate::config::{ModelArgs, load_config_file, model_config};
+use crate::mcp::{McpServers, load_mcp_servers};
 use crate::session::{Outcome, Terminal};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
@@ -44,18 +45,39 @@ pub struct AgentArgs {
     /// Replace the default system prompt
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
+    /// MCP servers whose tools the agent may use (JSON, `{"mcpServers": {...}}` as for Claude
+    /// Desktop) [default: $XDG_CONFIG_HOME/agentry/mcp.json or ~/.config/agentry/mcp.json]
+    #[arg(long, value_name = "FILE", conflicts_with = "no_mcp")]
+    pub mcp_config: Option<PathBuf>,
+    /// Do not read the default MCP config file
+    #[arg(long)]
+    pub no_mcp: bool,
 }
 
-fn default_system_prompt(workdir: &std::path::Path) -> String {
-    format!(
+fn default_system_prompt(workdir: &std::path::Path, mcp: &McpServers) -> String {
+    let mut prompt = format!(
         "You are Agentry, a helpful assistant in a terminal. You can tell the time, do exact arithmetic, and \
          list, read, search and (with the user's approval) write files in the working directory {}. Use a \
          tool whenever it gives a more reliable answer than guessing. Answer concisely.",
         workdir.display()
-    )
+    );
+    if !mcp.is_empty() {
+        prompt.push_str(&format!(
+            " You also have tools from MCP servers ({}); use them when they fit the task.",
+            mcp.servers.join(", ")
+        ));
+    }
+    prompt
 }
 
-pub fn build_agent(args: &AgentArgs) -> anyhow::Result<ReActAgent> {
+/// An agent and the MCP servers it uses (close them when done).
+pub struct Setup {
+    pub agent: ReActAgent,
+    pub mcp: McpServers,
+}
+
+/// Builds the agent: the model, the built-in tools, and the tools of the MCP servers that start.
+pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     let file = load_config_file(args.model.config.as_deref())?;
     let model = OpenAiChatModel::new(model_config(&args.model, &file))?;
     let workdir = args
@@ -67,26 +89,36 @@ pub fn build_agent(args: &AgentArgs) -> anyhow::Result<ReActAgent> {
         "the working directory {} is not a directory",
         workdir.display()
     );
+    // Read before anything starts, so that a bad file stops the command without side effects.
+    let servers = load_mcp_servers(args.mcp_config.as_deref(), args.no_mcp)?;
     let toolkit = Toolkit::new();
     register_builtin_tools(&toolkit, &workdir)?;
+    let mcp = McpServers::start(&servers, &toolkit).await;
     let system = args
         .system
         .clone()
         .or(file.system_prompt)
-        .unwrap_or_else(|| default_system_prompt(&workdir));
-    Ok(ReActAgent::builder()
+        .unwrap_or_else(|| default_system_prompt(&workdir, &mcp));
+    let built = ReActAgent::builder()
         .name("agentry")
         .sys_prompt(system)
         .model(model)
         .toolkit(toolkit)
         .max_iters(args.max_iters.or(file.max_iters).unwrap_or(10))
         .parallel_tool_calls(args.parallel)
-        .build()?)
+        .build();
+    match built {
+        Ok(agent) => Ok(Setup { agent, mcp }),
+        Err(e) => {
+            mcp.close().await;
+            Err(e.into())
+        }
+    }
 }
 
 /// Builds the agent, or says what is wrong (exit code 2).
-pub fn agent_or_exit(args: &AgentArgs) -> Result<ReActAgent, ExitCode> {
-    build_agent(args).map_err(|e| {
+pub async fn agent_or_exit(args: &AgentArgs) -> Result<Setup, ExitCode> {
+    build_agent(args).await.map_err(|e| {
         eprintln!("error: {e:#}");
         if e.downcast_ref::<ModelError>().is_some() {
             eprintln!("{SETUP_HINT}");
@@ -104,12 +136,14 @@ pub fn report_error(e: &AgentError) {
 }
 
 pub async fn run(args: RunArgs) -> ExitCode {
-    let agent = match agent_or_exit(&args.agent) {
-        Ok(agent) => agent,
+    let Setup { agent, mcp } = match agent_or_exit(&args.agent).await {
+        Ok(setup) => setup,
         Err(code) => return code,
     };
     let mut terminal = Terminal::new();
-    match terminal.drive(agent.start_reply(Msg::user(args.prompt))).await {
+    let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
+    mcp.close().await;
+    match outcome {
         Outcome::Quit => ExitCode::from(EXIT_INTERRUPTED),
         Outcome::Finished {
             result: Ok(_),

@@ -1,0 +1,369 @@
+//! MCP servers in the `agentry` binary, end to end: `--mcp-config`, the default file, and
+//! `agentry mcp list`, against the pinned `server-everything` and `server-filesystem`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use agentry_testkit::{Call, FakeLlm, Reply};
+use serde_json::{Value, json};
+
+/// The test peers' directory (`scripts/install-test-peers`); the tests fail, not skip, without it.
+fn peers() -> PathBuf {
+    let dir = std::env::var_os("AGENTRY_TEST_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-peers"));
+    assert!(
+        dir.join(".installed-v1").exists(),
+        "the MCP test peers are not installed in {}: run scripts/install-test-peers",
+        dir.display()
+    );
+    dir
+}
+
+fn npm_package(path: &str) -> String {
+    peers().join("npm/node_modules").join(path).display().to_string()
+}
+
+/// `server-everything` over stdio, as an `mcpServers` entry.
+fn everything() -> Value {
+    json!({"command": "node", "args": [
+        npm_package("@modelcontextprotocol/server-everything/dist/index.js"), "stdio"]})
+}
+
+/// `server-filesystem` rooted at `root`: its `read_file`, `write_file` and `search_files` clash
+/// with the built-in tools.
+fn filesystem(root: &Path) -> Value {
+    json!({"command": "node", "args": [
+        npm_package("@modelcontextprotocol/server-filesystem/dist/index.js"), root.display().to_string()]})
+}
+
+fn broken() -> Value {
+    json!({"command": "/nonexistent/x"})
+}
+
+/// Writes `{"mcpServers": servers}` into `dir` and returns its path as an argument.
+fn write_config(dir: &Path, servers: Value) -> String {
+    let path = dir.join("servers.json");
+    std::fs::write(&path, json!({ "mcpServers": servers }).to_string()).unwrap();
+    path.display().to_string()
+}
+
+/// Runs the binary with a clean environment: `home` is both HOME and XDG_CONFIG_HOME's parent,
+/// so the user's own files are never read.
+async fn agentry(args: Vec<String>, home: &Path) -> Output {
+    let home = home.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(args)
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_MODEL")
+            .env_remove("AGENTRY_MODEL")
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("HOME", &home)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run_args(fake_url: &str, workdir: &Path, extra: &[&str], prompt: &str) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--base-url".into(),
+        fake_url.into(),
+        "--model".into(),
+        "test-model".into(),
+        "--workdir".into(),
+        workdir.display().to_string(),
+        "--max-retries".into(),
+        "0".into(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args.push(prompt.into());
+    args
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The tool names offered in one request to the fake model.
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The lines of one server's block in `mcp list` output: its header and the indented lines after.
+fn section<'a>(stdout: &'a str, server: &str) -> Vec<&'a str> {
+    let header = format!("{server}: ");
+    let mut lines = stdout.lines().skip_while(|l| !l.starts_with(&header));
+    let Some(first) = lines.next() else {
+        panic!("no {server:?} in:\n{stdout}");
+    };
+    std::iter::once(first)
+        .chain(lines.take_while(|l| l.starts_with(' ')))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_list_shows_tools_of_live_servers_and_why_others_are_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        json!({"everything": everything(), "broken": broken()}),
+    );
+
+    let out = agentry(strings(&["mcp", "list", "--mcp-config", &config]), dir.path()).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let live = section(&stdout, "everything");
+    assert!(live[0].starts_with("everything: connected ("), "{stdout}");
+    assert!(live.iter().any(|l| l.contains("stdio: node ")), "{stdout}");
+    for tool in ["echo", "get-sum"] {
+        assert!(
+            live.iter().any(|l| l.split_whitespace().next() == Some(tool)),
+            "{tool} missing in:\n{stdout}"
+        );
+    }
+    let down = section(&stdout, "broken");
+    assert_eq!(down[0], "broken: down", "{stdout}");
+    assert!(
+        down.iter()
+            .any(|l| l.trim_start().starts_with("error: ") && l.contains("/nonexistent/x")),
+        "{stdout}"
+    );
+
+    let out = agentry(
+        strings(&["mcp", "list", "--json", "--mcp-config", &config]),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let by_name = |name: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let live = by_name("everything");
+    assert_eq!(live["status"], "connected");
+    assert_eq!(live["transport"]["type"], "stdio");
+    let tools: Vec<&str> = live["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"echo") && tools.contains(&"get-sum"), "{tools:?}");
+    let down = by_name("broken");
+    assert_eq!(down["status"], "down");
+    assert!(
+        down["error"].as_str().unwrap().contains("/nonexistent/x"),
+        "{down}"
+    );
+
+    let only_live = write_config(dir.path(), json!({"everything": everything()}));
+    let out = agentry(strings(&["mcp", "list", "--mcp-config", &only_live]), dir.path()).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_calls_an_mcp_tool_and_the_model_reads_its_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), json!({"everything": everything()}));
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "c1",
+        "get-sum",
+        r#"{"a": 2, "b": 40}"#,
+    )]));
+    fake.push(Reply::text("2 + 40 is 42."));
+    let out = agentry(
+        run_args(
+            &fake.base_url(),
+            dir.path(),
+            &["--mcp-config", &config],
+            "What is 2 + 40?",
+        ),
+        dir.path(),
+    )
+    .await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    assert_eq!(stdout, "2 + 40 is 42.\n");
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let tools = offered_tools(&requests[0].body);
+    for name in ["calculate", "read_file", "echo", "get-sum"] {
+        assert!(tools.iter().any(|t| t == name), "{name} not offered: {tools:?}");
+    }
+    let system = requests[0].body["messages"][0]["content"].to_string();
+    assert!(system.contains("MCP servers (everything)"), "{system}");
+    let tool_results: Vec<String> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(tool_results.len(), 1, "{tool_results:?}");
+    assert!(
+        tool_results[0].contains("The sum of 2 and 40 is 42."),
+        "{tool_results:?}"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_goes_on_without_a_server_that_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), json!({"broken": broken()}));
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Still here."));
+    let out = agentry(
+        run_args(&fake.base_url(), dir.path(), &["--mcp-config", &config], "hi"),
+        dir.path(),
+    )
+    .await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    assert_eq!(stdout, "Still here.\n");
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: MCP server \"broken\" is not available: "))
+        .unwrap_or_else(|| panic!("no warning in:\n{stderr}"));
+    assert!(warning.contains("/nonexistent/x"), "{warning}");
+    let tools = offered_tools(&fake.requests()[0].body);
+    assert_eq!(tools.len(), 6, "only the built-in tools: {tools:?}");
+    let system = fake.requests()[0].body["messages"][0]["content"].to_string();
+    assert!(!system.contains("MCP"), "{system}");
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clashing_tool_names_get_the_server_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), json!({"fs": filesystem(dir.path())}));
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("ok"));
+    let out = agentry(
+        run_args(&fake.base_url(), dir.path(), &["--mcp-config", &config], "hi"),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    assert!(
+        stderr.contains("warning: MCP server \"fs\" has tools named like existing ones")
+            && stderr.contains("fs__<tool>"),
+        "{stderr}"
+    );
+    let tools = offered_tools(&fake.requests()[0].body);
+    for name in ["read_file", "fs__read_file", "fs__list_directory"] {
+        assert!(tools.iter().any(|t| t == name), "{name} not offered: {tools:?}");
+    }
+    fake.assert_no_violations();
+    // The server's command line names the temp dir: once `run` is over, no process may.
+    let root = dir.path().display().to_string();
+    assert_eq!(processes_mentioning(&root), Vec::<String>::new());
+}
+
+/// Command lines of the running processes that contain `needle` (Linux /proc).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(cmdline);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_config_exits_2_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad-mcp.json");
+    std::fs::write(&bad, r#"{"mcpServers": {"x": "#).unwrap();
+    let bad = bad.display().to_string();
+
+    let out = agentry(
+        run_args("http://127.0.0.1:9/v1", dir.path(), &["--mcp-config", &bad], "hi"),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid MCP config file") && stderr.contains("bad-mcp.json"),
+        "{stderr}"
+    );
+
+    let out = agentry(strings(&["mcp", "list", "--mcp-config", &bad]), dir.path()).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bad-mcp.json"), "{stderr}");
+
+    let missing = dir.path().join("missing.json").display().to_string();
+    let out = agentry(strings(&["mcp", "list", "--mcp-config", &missing]), dir.path()).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("missing.json"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_file_is_read_unless_no_mcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_dir = dir.path().join(".config/agentry");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    std::fs::write(config_dir.join("mcp.json"), "not json").unwrap();
+
+    let out = agentry(
+        run_args("http://127.0.0.1:9/v1", dir.path(), &[], "hi"),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("agentry/mcp.json"), "{stderr}");
+
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("no MCP"));
+    let out = agentry(
+        run_args(&fake.base_url(), dir.path(), &["--no-mcp"], "hi"),
+        dir.path(),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "no MCP\n");
+
+    std::fs::write(
+        config_dir.join("mcp.json"),
+        json!({"mcpServers": {"everything": everything()}}).to_string(),
+    )
+    .unwrap();
+    let out = agentry(strings(&["mcp", "list", "--json"]), dir.path()).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed[0]["name"], "everything");
+    assert_eq!(listed[0]["status"], "connected");
+}
