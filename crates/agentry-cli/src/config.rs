@@ -53,12 +53,17 @@ pub struct ConfigFile {
     pub max_iters: Option<usize>,
 }
 
-fn default_config_path() -> Option<PathBuf> {
+/// `$XDG_CONFIG_HOME/agentry` or `~/.config/agentry`: where the default config files live.
+pub fn config_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("agentry").join("config.json"))
+    Some(base.join("agentry"))
+}
+
+fn default_config_path() -> Option<PathBuf> {
+    Some(config_dir()?.join("config.json"))
 }
 
 /// Reads the config file named by `--config`, or the default one when it exists.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use agentry::mcp::{
     McpClient, McpError, McpServerConfig, McpStatus, McpToolInfo, McpToolOptions, McpTransport,
-    parse_mcp_servers,
+    mcp_tool_name, parse_mcp_servers,
 };
 use agentry::tool::{NamesakeStrategy, Toolkit};
 use anyhow::Context;
@@ -26,11 +26,7 @@ const DESCRIPTION_CHARS: usize = 80;
 
 /// `$XDG_CONFIG_HOME/agentry/mcp.json` or `~/.config/agentry/mcp.json` (like `config.json`).
 fn default_mcp_config_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("agentry").join("mcp.json"))
+    Some(crate::config::config_dir()?.join("mcp.json"))
 }
 
 /// The servers of the file named by `--mcp-config`, or of the default file when it exists
@@ -90,22 +86,6 @@ fn last_lines(lines: &[String], n: usize) -> &[String] {
     &lines[lines.len().saturating_sub(n)..]
 }
 
-/// The name a tool gets in the toolkit, as the library makes it: `[a-zA-Z0-9_-]`, at most 64.
-fn tool_name(prefix: &str, tool: &str) -> String {
-    let name: String = format!("{prefix}{tool}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    if name.is_empty() { "_".to_owned() } else { name }
-}
-
 /// The MCP servers an agent uses. Close them when the command ends, so that stdio servers exit.
 #[derive(Default)]
 pub struct McpServers {
@@ -139,7 +119,7 @@ impl McpServers {
         let taken: BTreeSet<String> = self.toolkit.tool_names().into_iter().collect();
         let clashes: Vec<String> = tools
             .iter()
-            .map(|t| tool_name("", &t.name))
+            .map(|t| mcp_tool_name("", &t.name))
             .filter(|n| taken.contains(n))
             .collect();
         // A clash renames the whole server's tools with one predictable prefix: the model then
@@ -147,7 +127,7 @@ impl McpServers {
         let prefix = if clashes.is_empty() {
             String::new()
         } else {
-            let prefix = tool_name(client.name(), "__");
+            let prefix = mcp_tool_name(client.name(), "__");
             eprintln!(
                 "warning: MCP server \"{}\" has tools named like existing ones ({}); its tools are named {prefix}<tool>",
                 client.name(),
@@ -155,7 +135,7 @@ impl McpServers {
             );
             prefix
         };
-        let expected: BTreeSet<String> = tools.iter().map(|t| tool_name(&prefix, &t.name)).collect();
+        let expected: BTreeSet<String> = tools.iter().map(|t| mcp_tool_name(&prefix, &t.name)).collect();
         let options = McpToolOptions::new()
             .prefix(prefix)
             .namesake(NamesakeStrategy::Rename);
@@ -401,12 +381,5 @@ mod tests {
         let long = summary(&"x".repeat(300));
         assert_eq!(long.chars().count(), DESCRIPTION_CHARS);
         assert!(long.ends_with('…'));
-    }
-
-    #[test]
-    fn tool_names_are_sanitized_like_the_library_does() {
-        assert_eq!(tool_name("", "get-sum"), "get-sum");
-        assert_eq!(tool_name("my server", "__"), "my_server__");
-        assert_eq!(tool_name("", "a.b"), "a_b");
     }
 }

@@ -45,6 +45,30 @@ fn call(id: &str, name: &str, args: Value) -> Call {
     Call::new(id, name, args.to_string())
 }
 
+/// server-everything's long operation as `c1`, then `echo` as `c2`, then "done".
+fn long_operation_then_echo(duration: f64, steps: u32) -> Vec<Reply> {
+    vec![
+        Reply::tool_calls([call(
+            "c1",
+            "trigger-long-running-operation",
+            json!({"duration": duration, "steps": steps}),
+        )]),
+        Reply::tool_calls([call("c2", "echo", json!({"message": "after"}))]),
+        Reply::text("done"),
+    ]
+}
+
+/// Polls `condition` for up to 10 s; whether it became true.
+async fn eventually(condition: impl Fn() -> bool) -> bool {
+    for _ in 0..1000 {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    condition()
+}
+
 fn progress_of(call_id: &str) -> impl Fn(&AgentEvent) -> bool + '_ {
     move |e| matches!(e, AgentEvent::ToolProgress { call_id: id, .. } if id == call_id)
 }
@@ -263,15 +287,7 @@ async fn m3_m6_a_server_that_ignores_the_cancel_cannot_touch_the_result() {
     let (fake, agent, client) = setup(
         peers::everything(),
         McpToolOptions::new(),
-        vec![
-            Reply::tool_calls([call(
-                "c1",
-                "trigger-long-running-operation",
-                json!({"duration": 1.5, "steps": 15}),
-            )]),
-            Reply::tool_calls([call("c2", "echo", json!({"message": "after"}))]),
-            Reply::text("done"),
-        ],
+        long_operation_then_echo(1.5, 15),
     )
     .await;
     let handle = agent.handle();
@@ -434,15 +450,7 @@ async fn m2_on_http_the_cancel_closes_the_request_stream() {
     let (fake, agent, client) = setup(
         McpServerConfig::http("web", url),
         McpToolOptions::new(),
-        vec![
-            Reply::tool_calls([call(
-                "c1",
-                "trigger-long-running-operation",
-                json!({"duration": 60, "steps": 600}),
-            )]),
-            Reply::tool_calls([call("c2", "echo", json!({"message": "after"}))]),
-            Reply::text("done"),
-        ],
+        long_operation_then_echo(60.0, 600),
     )
     .await;
     let handle = agent.handle();
@@ -455,14 +463,8 @@ async fn m2_on_http_the_cancel_closes_the_request_stream() {
     );
     assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
     // The server would hold the stream for a minute; the client closes it now.
-    for _ in 0..1000 {
-        if proxy.tool_call_closed.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     assert!(
-        proxy.tool_call_closed.load(Ordering::SeqCst),
+        eventually(|| proxy.tool_call_closed.load(Ordering::SeqCst)).await,
         "the request's SSE stream was not closed"
     );
     let (_, events) = driver.finish().await;
@@ -557,27 +559,15 @@ async fn m6_a_cancel_really_stops_mcp_server_fetch() {
             |e| matches!(e, AgentEvent::ToolStarted { call_id, .. } if call_id == "c1"),
         )
         .await;
-    for _ in 0..1000 {
-        if site.slow_started.load(Ordering::SeqCst) > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        site.slow_started.load(Ordering::SeqCst),
-        1,
+    assert!(
+        eventually(|| site.slow_started.load(Ordering::SeqCst) > 0).await,
         "the server never fetched the slow page"
     );
+    assert_eq!(site.slow_started.load(Ordering::SeqCst), 1);
     assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
     // The fetch server honours the cancel: it drops the download, which the site notices.
-    for _ in 0..1000 {
-        if site.slow_abandoned.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     assert!(
-        site.slow_abandoned.load(Ordering::SeqCst),
+        eventually(|| site.slow_abandoned.load(Ordering::SeqCst)).await,
         "the slow download went on after the cancel"
     );
     let (reply, events) = driver.finish().await;

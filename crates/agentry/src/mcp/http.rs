@@ -58,6 +58,16 @@ fn lost_session(response: &StreamableHttpPostResponse, had_session: bool) -> boo
     }
 }
 
+fn expired_if_lost(
+    response: Result<StreamableHttpPostResponse>,
+    had_session: bool,
+) -> Result<StreamableHttpPostResponse> {
+    match response {
+        Ok(response) if lost_session(&response, had_session) => Err(StreamableHttpError::SessionExpired),
+        other => other,
+    }
+}
+
 impl StreamableHttpClient for SessionAwareClient {
     type Error = reqwest::Error;
 
@@ -73,11 +83,8 @@ impl StreamableHttpClient for SessionAwareClient {
         let response = self
             .0
             .post_message(uri, message, session_id, auth_header, custom_headers)
-            .await?;
-        if lost_session(&response, had_session) {
-            return Err(StreamableHttpError::SessionExpired);
-        }
-        Ok(response)
+            .await;
+        expired_if_lost(response, had_session)
     }
 
     async fn post_message_with_response_limits(
@@ -93,11 +100,8 @@ impl StreamableHttpClient for SessionAwareClient {
         let response = self
             .0
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
-            .await?;
-        if lost_session(&response, had_session) {
-            return Err(StreamableHttpError::SessionExpired);
-        }
-        Ok(response)
+            .await;
+        expired_if_lost(response, had_session)
     }
 
     async fn delete_session(

@@ -26,7 +26,7 @@ mod tool;
 
 pub use client::{McpClient, McpStatus, McpToolInfo};
 pub use config::{McpServerConfig, McpTransport, parse_mcp_servers};
-pub use register::{MCP_DEFAULT_TIMEOUT, MCP_MAX_TIMEOUT, McpToolOptions};
+pub use register::{MCP_DEFAULT_TIMEOUT, MCP_MAX_TIMEOUT, McpToolOptions, mcp_tool_name};
 
 /// Why an MCP operation failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -184,8 +184,13 @@ impl McpToolOptions {
     }
 }
 
-/// A name models accept: `[a-zA-Z0-9_-]`, at most 64 characters.
-fn model_name(prefix: &str, tool: &str) -> String {
+/// The name an MCP tool gets in the toolkit: `prefix` + its name, made into a name models accept
+/// (`[a-zA-Z0-9_-]`, at most 64 characters).
+///
+/// ```
+/// assert_eq!(agentry::mcp::mcp_tool_name("fs__", "read.file"), "fs__read_file");
+/// ```
+pub fn mcp_tool_name(prefix: &str, tool: &str) -> String {
     let name: String = format!("{prefix}{tool}")
         .chars()
         .map(|c| {
@@ -235,7 +240,7 @@ impl Toolkit {
                 .copied()
                 .unwrap_or(options.default_approval);
             let mut tool_options = ToolOptions::new()
-                .name(model_name(&options.prefix, &info.name))
+                .name(mcp_tool_name(&options.prefix, &info.name))
                 .namesake(options.namesake)
                 .require_approval(approval.require)
                 .auto_approve(approval.auto)
@@ -303,9 +308,9 @@ mod tests {
 
     #[test]
     fn model_names_are_sanitized_and_prefixed() {
-        assert_eq!(model_name("fs__", "read_text_file"), "fs__read_text_file");
-        assert_eq!(model_name("", "get.sum v2"), "get_sum_v2");
-        assert_eq!(model_name("", &"x".repeat(80)).len(), 64);
+        assert_eq!(mcp_tool_name("fs__", "read_text_file"), "fs__read_text_file");
+        assert_eq!(mcp_tool_name("", "get.sum v2"), "get_sum_v2");
+        assert_eq!(mcp_tool_name("", &"x".repeat(80)).len(), 64);
     }
 
     #[test]
