@@ -3,10 +3,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use agentry::agent::ReActAgent;
 use agentry::message::Msg;
 use clap::Args;
-
-use agentry::agent::ReActAgent;
 
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, Setup, agent_or_exit, report_error};
 use crate::session::{Outcome, Terminal};

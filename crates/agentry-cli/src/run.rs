@@ -72,7 +72,9 @@ fn default_system_prompt(workdir: &std::path::Path, mcp: &McpServers) -> String 
 
 /// An agent and the MCP servers it uses (close them when done).
 pub struct Setup {
+    /// The agent, its toolkit holding the built-in and MCP tools.
     pub agent: ReActAgent,
+    /// The servers behind its MCP tools.
     pub mcp: McpServers,
 }
 
