@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::McpError;
 use super::client::{McpClient, McpToolInfo};
 use super::tool::McpTool;
-use crate::tool::{NamesakeStrategy, ToolOptions, Toolkit};
+use crate::tool::{NamesakeStrategy, Tool, ToolOptions, Toolkit};
 
 /// The default execution timeout of MCP calls, renewed by progress (spec T1, T4).
 pub const MCP_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -225,6 +225,7 @@ impl Toolkit {
         Ok(names)
     }
 
+    /// Puts the server's selected tools in the toolkit, replacing the ones it had (in one step).
     fn install_mcp_tools(
         &self,
         client: &McpClient,
@@ -232,7 +233,7 @@ impl Toolkit {
         options: &McpToolOptions,
     ) -> Result<Vec<String>, McpError> {
         let source = source_of(client);
-        let mut names = Vec::new();
+        let mut entries: Vec<(Arc<dyn Tool>, ToolOptions)> = Vec::new();
         for info in tools.iter().filter(|t| options.selected(&t.name)) {
             let approval = options
                 .approval
@@ -253,20 +254,14 @@ impl Toolkit {
             for (arg, value) in options.presets.get(&info.name).into_iter().flatten() {
                 tool_options = tool_options.preset(arg.clone(), value.clone());
             }
-            let tool = Arc::new(McpTool {
+            let tool: Arc<dyn Tool> = Arc::new(McpTool {
                 client: client.clone(),
                 info: info.clone(),
             });
-            let name = self.register_arc(tool, tool_options).map_err(|e| {
-                McpError::Config(format!(
-                    "cannot register {:?} of {:?}: {e}",
-                    info.name,
-                    client.name()
-                ))
-            })?;
-            names.push(name);
+            entries.push((tool, tool_options));
         }
-        Ok(names)
+        self.replace_source(&source, entries)
+            .map_err(|e| McpError::Config(format!("cannot register the tools of {:?}: {e}", client.name())))
     }
 
     /// Refreshes the registration whenever the server announces a new tool list.
@@ -278,7 +273,6 @@ impl Toolkit {
             while changed.changed().await.is_ok() {
                 match watched.list_tools().await {
                     Ok(tools) => {
-                        toolkit.remove_source(&source_of(&watched));
                         if let Err(e) = toolkit.install_mcp_tools(&watched, &tools, &options) {
                             tracing::warn!(mcp = %watched.name(), error = %e, "refreshing the MCP tools failed");
                         } else {

@@ -34,6 +34,7 @@ mod call;
 mod context;
 mod function;
 mod meta;
+mod registry;
 mod response;
 mod runner;
 pub(crate) mod schema;

@@ -9,7 +9,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::toolkit::RegisteredTool;
+use super::registry::RegisteredTool;
 use super::{ToolContext, ToolError, ToolResponse, ToolStream};
 use crate::message::{ContentBlock, ToolUseBlock};
 

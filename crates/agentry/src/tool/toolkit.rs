@@ -1,6 +1,5 @@
 //! The Toolkit: one registry and one call path for every tool.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -8,8 +7,9 @@ use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::{Map, Value};
 
 use super::approval::{ApprovalRequest, CallPolicy, SessionApprovalScope};
+use super::registry::{Prepared, RegisteredTool, Registry};
 use super::runner::{failure, run_tool};
-use super::schema::{remove_presets, schema_errors, strip_titles, unusable_arguments};
+use super::schema::{schema_errors, unusable_arguments};
 use super::{Tool, ToolContext, ToolResponse, meta};
 use crate::message::ToolUseBlock;
 use crate::model::ToolSchema;
@@ -47,14 +47,14 @@ pub type Postprocess = Arc<dyn Fn(&ToolUseBlock, ToolResponse) -> ToolResponse +
 /// ```
 #[derive(Clone, Default)]
 pub struct ToolOptions {
-    group: Option<String>,
-    name: Option<String>,
-    description: Option<String>,
-    preset_args: Map<String, Value>,
-    namesake: NamesakeStrategy,
-    postprocess: Option<Postprocess>,
-    policy: CallPolicy,
-    source: Option<String>,
+    pub(super) group: Option<String>,
+    pub(super) name: Option<String>,
+    pub(super) description: Option<String>,
+    pub(super) preset_args: Map<String, Value>,
+    pub(super) namesake: NamesakeStrategy,
+    pub(super) postprocess: Option<Postprocess>,
+    pub(super) policy: CallPolicy,
+    pub(super) source: Option<String>,
 }
 
 impl ToolOptions {
@@ -202,62 +202,6 @@ pub struct ToolGroup {
     pub notes: Option<String>,
 }
 
-pub(super) struct RegisteredTool {
-    pub(super) name: String,
-    pub(super) group: String,
-    pub(super) tool: Arc<dyn Tool>,
-    pub(super) schema: ToolSchema,
-    pub(super) validator: jsonschema::Validator,
-    pub(super) preset_args: Map<String, Value>,
-    pub(super) postprocess: Option<Postprocess>,
-    pub(super) policy: CallPolicy,
-    pub(super) source: Option<String>,
-}
-
-#[derive(Default)]
-pub(super) struct Registry {
-    pub(super) tools: Vec<Arc<RegisteredTool>>,
-    pub(super) index: HashMap<String, usize>,
-    pub(super) groups: Vec<ToolGroup>,
-    pub(super) meta_tool: bool,
-    schemas: Arc<[ToolSchema]>,
-    /// Tasks following a source's tool list (MCP `tools/list_changed`), by source.
-    watchers: HashMap<String, tokio::task::AbortHandle>,
-}
-
-impl Registry {
-    pub(super) fn group(&self, name: &str) -> Option<&ToolGroup> {
-        self.groups.iter().find(|g| g.name == name)
-    }
-
-    fn is_active(&self, group: &str) -> bool {
-        group == BASIC_GROUP || self.group(group).is_some_and(|g| g.active)
-    }
-
-    fn reindex(&mut self) {
-        self.index = self
-            .tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-    }
-
-    /// Recomputes the schemas offered to the model; runs after every change.
-    pub(super) fn refresh_schemas(&mut self) {
-        let mut schemas: Vec<ToolSchema> = self
-            .tools
-            .iter()
-            .filter(|t| self.is_active(&t.group))
-            .map(|t| t.schema.clone())
-            .collect();
-        if self.meta_tool {
-            schemas.push(meta::schema(&self.groups));
-        }
-        self.schemas = schemas.into();
-    }
-}
-
 /// The registry of tools an agent can call, shared by handle (clones see the same tools).
 ///
 /// Every call goes through [`Toolkit::call`], which never fails: an unknown tool, an inactive
@@ -280,13 +224,6 @@ impl fmt::Debug for Toolkit {
             .field("meta_tool", &registry.meta_tool)
             .finish()
     }
-}
-
-fn valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl Toolkit {
@@ -318,72 +255,42 @@ impl Toolkit {
 
     /// Registers a shared tool object with options.
     pub fn register_arc(&self, tool: Arc<dyn Tool>, options: ToolOptions) -> Result<String, ToolkitError> {
-        let mut name = options.name.clone().unwrap_or_else(|| tool.name().to_owned());
-        if !valid_tool_name(&name) {
-            return Err(ToolkitError::InvalidName(name));
-        }
-        let group = options.group.clone().unwrap_or_else(|| BASIC_GROUP.to_owned());
-        let description = options
-            .description
-            .clone()
-            .unwrap_or_else(|| tool.description().to_owned());
-        let (parameters, validator) = prepare_schema(&name, tool.parameters(), &options.preset_args)?;
-
+        let prepared = Prepared::new(tool, options)?;
         let mut registry = self.write();
-        if group != BASIC_GROUP && registry.group(&group).is_none() {
-            return Err(ToolkitError::UnknownGroup(group));
-        }
-        let taken =
-            registry.index.contains_key(&name) || (registry.meta_tool && name == meta::META_TOOL_NAME);
-        if taken {
-            match options.namesake {
-                NamesakeStrategy::Raise => return Err(ToolkitError::NameTaken(name)),
-                NamesakeStrategy::Skip => {
-                    tracing::warn!(tool = %name, "a tool with this name exists; the new one is skipped");
-                    return Ok(name);
+        let name = registry.insert(prepared)?;
+        registry.refresh_schemas();
+        Ok(name)
+    }
+
+    /// Replaces every tool of `source` with `tools` in one step: a call or a model request in
+    /// the meantime sees either the old set or the new one, never a toolkit without them. On an
+    /// error nothing changes.
+    pub(crate) fn replace_source(
+        &self,
+        source: &str,
+        tools: Vec<(Arc<dyn Tool>, ToolOptions)>,
+    ) -> Result<Vec<String>, ToolkitError> {
+        let prepared = tools
+            .into_iter()
+            .map(|(tool, options)| Prepared::new(tool, options))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut registry = self.write();
+        let saved = registry.tools.clone();
+        registry.tools.retain(|t| t.source.as_deref() != Some(source));
+        registry.reindex();
+        let mut names = Vec::with_capacity(prepared.len());
+        for tool in prepared {
+            match registry.insert(tool) {
+                Ok(name) => names.push(name),
+                Err(e) => {
+                    registry.tools = saved;
+                    registry.reindex();
+                    return Err(e);
                 }
-                NamesakeStrategy::Override => {
-                    tracing::warn!(tool = %name, "a tool with this name exists; it is replaced");
-                }
-                NamesakeStrategy::Rename => {
-                    let base = name.clone();
-                    let mut attempts = 0;
-                    while registry.index.contains_key(&name) || name == meta::META_TOOL_NAME {
-                        attempts += 1;
-                        if attempts > 100 {
-                            return Err(ToolkitError::NameTaken(base));
-                        }
-                        let suffix: String = crate::message::new_id().chars().take(5).collect();
-                        name = format!("{}_{suffix}", truncate(&base, 58));
-                    }
-                }
-            }
-        }
-        let entry = Arc::new(RegisteredTool {
-            schema: ToolSchema {
-                name: name.clone(),
-                description,
-                parameters,
-            },
-            name: name.clone(),
-            group,
-            tool,
-            validator,
-            preset_args: options.preset_args,
-            postprocess: options.postprocess,
-            policy: options.policy,
-            source: options.source,
-        });
-        match registry.index.get(&name) {
-            Some(&i) => registry.tools[i] = entry,
-            None => {
-                let position = registry.tools.len();
-                registry.index.insert(name.clone(), position);
-                registry.tools.push(entry);
             }
         }
         registry.refresh_schemas();
-        Ok(name)
+        Ok(names)
     }
 
     /// Removes a tool; returns whether it existed.
@@ -582,13 +489,6 @@ fn one(response: ToolResponse) -> BoxStream<'static, ToolResponse> {
     stream::once(std::future::ready(response)).boxed()
 }
 
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
-}
-
 fn unknown_tool(registry: &Registry, name: &str) -> String {
     let mut available: Vec<&str> = registry
         .tools
@@ -607,43 +507,6 @@ fn unknown_tool(registry: &Registry, name: &str) -> String {
             available.join(", ")
         )
     }
-}
-
-/// Makes the schema the model sees and the validator that checks what the model sends.
-fn prepare_schema(
-    name: &str,
-    parameters: Value,
-    presets: &Map<String, Value>,
-) -> Result<(Value, jsonschema::Validator), ToolkitError> {
-    let invalid = |reason: String| ToolkitError::InvalidSchema {
-        tool: name.to_owned(),
-        reason,
-    };
-    let Value::Object(mut schema) = parameters else {
-        return Err(invalid("it must be a JSON object".into()));
-    };
-    match schema.get("type") {
-        None => {
-            schema.insert("type".into(), Value::String("object".into()));
-        }
-        Some(Value::String(t)) if t == "object" => {}
-        Some(other) => return Err(invalid(format!("its type must be \"object\", not {other}"))),
-    }
-    schema.remove("$schema");
-    let unknown = remove_presets(&mut schema, presets);
-    if !unknown.is_empty() {
-        return Err(invalid(format!(
-            "preset argument(s) {} are not among its properties",
-            unknown.join(", ")
-        )));
-    }
-    if !schema.contains_key("properties") {
-        schema.insert("properties".into(), Value::Object(Map::new()));
-    }
-    let mut schema = Value::Object(schema);
-    strip_titles(&mut schema);
-    let validator = jsonschema::validator_for(&schema).map_err(|e| invalid(e.to_string()))?;
-    Ok((schema, validator))
 }
 
 /// Checks what the model sent and adds the presets, or says what is wrong.
@@ -673,4 +536,68 @@ fn checked_arguments(entry: &RegisteredTool, call: &ToolUseBlock) -> Result<Map<
         args.insert(k.clone(), v.clone());
     }
     Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::FunctionTool;
+
+    fn tool(name: &str) -> Arc<dyn Tool> {
+        Arc::new(FunctionTool::new(
+            name,
+            "test",
+            serde_json::json!({"type": "object"}),
+            |_, _| crate::tool::once(async { "ok" }),
+        ))
+    }
+
+    fn from(source: &str, names: &[&str]) -> Vec<(Arc<dyn Tool>, ToolOptions)> {
+        names
+            .iter()
+            .map(|n| (tool(n), ToolOptions::new().source(source.to_owned())))
+            .collect()
+    }
+
+    #[test]
+    fn replacing_a_source_swaps_its_tools_at_once_and_keeps_the_rest() {
+        let toolkit = Toolkit::new();
+        toolkit
+            .register(FunctionTool::new(
+                "local",
+                "test",
+                serde_json::json!({"type": "object"}),
+                |_, _| crate::tool::once(async { "ok" }),
+            ))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let names = toolkit.replace_source("mcp:a", from("mcp:a", &["x", "y"]));
+        assert_eq!(names.unwrap_or_default(), ["x", "y"]);
+        let names = toolkit.replace_source("mcp:a", from("mcp:a", &["y", "z"]));
+        assert_eq!(names.unwrap_or_default(), ["y", "z"]);
+        assert_eq!(toolkit.tool_names(), ["local", "y", "z"]);
+        let schemas: Vec<String> = toolkit.json_schemas().iter().map(|s| s.name.clone()).collect();
+        assert_eq!(schemas, ["local", "y", "z"]);
+    }
+
+    #[test]
+    fn a_failed_replacement_changes_nothing() {
+        let toolkit = Toolkit::new();
+        toolkit
+            .register(FunctionTool::new(
+                "local",
+                "test",
+                serde_json::json!({"type": "object"}),
+                |_, _| crate::tool::once(async { "ok" }),
+            ))
+            .unwrap_or_else(|e| panic!("{e}"));
+        toolkit
+            .replace_source("mcp:a", from("mcp:a", &["x"]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // "local" is taken and the default strategy refuses: the old set stays.
+        let err = toolkit.replace_source("mcp:a", from("mcp:a", &["w", "local"]));
+        assert!(matches!(err, Err(ToolkitError::NameTaken(_))), "{err:?}");
+        assert_eq!(toolkit.tool_names(), ["local", "x"]);
+        let schemas: Vec<String> = toolkit.json_schemas().iter().map(|s| s.name.clone()).collect();
+        assert_eq!(schemas, ["local", "x"]);
+    }
 }
