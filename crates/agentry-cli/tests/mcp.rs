@@ -367,3 +367,71 @@ async fn the_default_file_is_read_unless_no_mcp() {
     assert_eq!(listed[0]["name"], "everything");
     assert_eq!(listed[0]["status"], "connected");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_uses_mcp_tools_across_prompts() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), json!({"everything": everything()}));
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "c1",
+        "get-sum",
+        r#"{"a": 2, "b": 40}"#,
+    )]));
+    fake.push(Reply::text("It is 42."));
+    fake.push(Reply::tool_calls([Call::new(
+        "c2",
+        "echo",
+        r#"{"message": "again"}"#,
+    )]));
+    fake.push(Reply::text("Echoed."));
+    let args = strings(&[
+        "chat",
+        "--base-url",
+        &fake.base_url(),
+        "--model",
+        "test-model",
+        "--workdir",
+        &dir.path().display().to_string(),
+        "--mcp-config",
+        &config,
+    ]);
+    let home = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(args)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("HOME", &home)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Both prompts at once, then end of input: chat answers each, then quits.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"What is 2 + 40?\nSay again.\n").unwrap();
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    assert!(
+        stdout.contains("It is 42.") && stdout.contains("Echoed."),
+        "{stdout}\n{stderr}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4);
+    let results: Vec<String> = requests[3].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results, ["The sum of 2 and 40 is 42.", "Echo: again"]);
+    fake.assert_no_violations();
+}
