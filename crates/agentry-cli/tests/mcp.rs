@@ -2,28 +2,13 @@
 //! `agentry mcp list`, against the pinned `server-everything` and `server-filesystem`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use agentry_testkit::{Call, FakeLlm, Reply};
 use serde_json::{Value, json};
 
-/// The test peers' directory (`scripts/install-test-peers`); the tests fail, not skip, without it.
-fn peers() -> PathBuf {
-    let dir = std::env::var_os("AGENTRY_TEST_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-peers"));
-    assert!(
-        dir.join(".installed-v1").exists(),
-        "the MCP test peers are not installed in {}: run scripts/install-test-peers",
-        dir.display()
-    );
-    dir
-}
-
-fn npm_package(path: &str) -> String {
-    peers().join("npm/node_modules").join(path).display().to_string()
-}
+use agentry_testkit::peers::npm_package;
 
 /// `server-everything` over stdio, as an `mcpServers` entry.
 fn everything() -> Value {

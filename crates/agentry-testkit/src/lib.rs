@@ -23,6 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod invariants;
+pub mod peers;
 mod reply;
 mod sse;
 

@@ -5,22 +5,12 @@ use std::path::PathBuf;
 
 use agentry::mcp::McpServerConfig;
 
-/// The peers' directory; the tests fail (they do not skip) when it is missing.
+/// The peers' directory (see `agentry_testkit::peers`).
 pub fn peers() -> PathBuf {
-    let dir = std::env::var_os("AGENTRY_TEST_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-peers"));
-    assert!(
-        dir.join(".installed-v1").exists(),
-        "the MCP test peers are not installed in {}: run scripts/install-test-peers",
-        dir.display()
-    );
-    dir
+    agentry_testkit::peers::peers_dir()
 }
 
-pub fn npm_package(path: &str) -> String {
-    peers().join("npm/node_modules").join(path).display().to_string()
-}
+pub use agentry_testkit::peers::npm_package;
 
 /// `@modelcontextprotocol/server-everything` over stdio.
 pub fn everything() -> McpServerConfig {
