@@ -3,9 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+
+mod common;
 
 use agentry_testkit::{Call, FakeLlm, Reply};
+use common::{agentry, run_args, text};
 use serde_json::{Value, json};
 
 use agentry_testkit::peers::npm_package;
@@ -32,48 +35,6 @@ fn write_config(dir: &Path, servers: Value) -> String {
     let path = dir.join("servers.json");
     std::fs::write(&path, json!({ "mcpServers": servers }).to_string()).unwrap();
     path.display().to_string()
-}
-
-/// Runs the binary with a clean environment: `home` is both HOME and XDG_CONFIG_HOME's parent,
-/// so the user's own files are never read.
-async fn agentry(args: Vec<String>, home: &Path) -> Output {
-    let home = home.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(args)
-            .env_remove("OPENAI_BASE_URL")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_MODEL")
-            .env_remove("AGENTRY_MODEL")
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("HOME", &home)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn run_args(fake_url: &str, workdir: &Path, extra: &[&str], prompt: &str) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "run".into(),
-        "--base-url".into(),
-        fake_url.into(),
-        "--model".into(),
-        "test-model".into(),
-        "--workdir".into(),
-        workdir.display().to_string(),
-        "--max-retries".into(),
-        "0".into(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    args.push(prompt.into());
-    args
 }
 
 fn strings(args: &[&str]) -> Vec<String> {

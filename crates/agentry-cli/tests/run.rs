@@ -1,50 +1,10 @@
 //! `agentry run` end to end: the built binary against the fake OpenAI-compatible server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Command, Output};
+mod common;
 
 use agentry_testkit::{Call, FakeLlm, Reply};
-
-/// Runs the binary with a clean environment (no user config, no real API settings).
-async fn agentry(args: Vec<String>, home: &std::path::Path) -> Output {
-    let home = home.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(args)
-            .env_remove("OPENAI_BASE_URL")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_MODEL")
-            .env_remove("AGENTRY_MODEL")
-            .env_remove("XDG_CONFIG_HOME")
-            .env("HOME", home)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn run_args(fake_url: &str, workdir: &std::path::Path, extra: &[&str], prompt: &str) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "run".into(),
-        "--base-url".into(),
-        fake_url.into(),
-        "--model".into(),
-        "test-model".into(),
-        "--workdir".into(),
-        workdir.display().to_string(),
-        "--max-retries".into(),
-        "0".into(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    args.push(prompt.into());
-    args
-}
+use common::{agentry, run_args, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_streams_the_answer_and_one_line_per_tool_call() {

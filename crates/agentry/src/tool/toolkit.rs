@@ -559,17 +559,17 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn replacing_a_source_swaps_its_tools_at_once_and_keeps_the_rest() {
+    fn with_local_tool() -> Toolkit {
         let toolkit = Toolkit::new();
         toolkit
-            .register(FunctionTool::new(
-                "local",
-                "test",
-                serde_json::json!({"type": "object"}),
-                |_, _| crate::tool::once(async { "ok" }),
-            ))
+            .register_arc(tool("local"), ToolOptions::new())
             .unwrap_or_else(|e| panic!("{e}"));
+        toolkit
+    }
+
+    #[test]
+    fn replacing_a_source_swaps_its_tools_at_once_and_keeps_the_rest() {
+        let toolkit = with_local_tool();
         let names = toolkit.replace_source("mcp:a", from("mcp:a", &["x", "y"]));
         assert_eq!(names.unwrap_or_default(), ["x", "y"]);
         let names = toolkit.replace_source("mcp:a", from("mcp:a", &["y", "z"]));
@@ -581,15 +581,7 @@ mod tests {
 
     #[test]
     fn a_failed_replacement_changes_nothing() {
-        let toolkit = Toolkit::new();
-        toolkit
-            .register(FunctionTool::new(
-                "local",
-                "test",
-                serde_json::json!({"type": "object"}),
-                |_, _| crate::tool::once(async { "ok" }),
-            ))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let toolkit = with_local_tool();
         toolkit
             .replace_source("mcp:a", from("mcp:a", &["x"]))
             .unwrap_or_else(|e| panic!("{e}"));
