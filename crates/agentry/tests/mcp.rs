@@ -306,7 +306,7 @@ async fn a_server_that_stays_down_is_reported_and_picked_up_again_when_back() {
             "the server is named: {text}"
         );
         assert!(
-            text.contains("the call was not sent"),
+            text.to_lowercase().contains("the call was not sent"),
             "the server is named: {text}"
         );
         assert!(!text.contains("WorkerTransport"), "{text}");
@@ -341,4 +341,40 @@ async fn stderr_is_drained_so_a_chatty_server_never_blocks() {
         "{tail:?}"
     );
     assert!(tail.len() <= 40, "only a bounded tail is kept: {}", tail.len());
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_be_restarted_is_down_with_its_stderr() {
+    // The first start runs the test server; later starts fail, saying why on stderr.
+    let dir = tempfile::tempdir().unwrap();
+    let server = match peers::test_server(&[]).transport {
+        agentry::mcp::McpTransport::Stdio { command, .. } => command,
+        other => panic!("{other:?}"),
+    };
+    let mark = dir.path().join("started-once");
+    let script = format!(
+        "if [ -e '{mark}' ]; then echo 'no second life for this server' >&2; exit 1; fi; touch '{mark}'; exec '{server}'",
+        mark = mark.display()
+    );
+    let config = McpServerConfig::stdio("once", "sh", ["-c".to_owned(), script]).reconnect_attempts(2);
+    let (client, toolkit, _) = registered(config, McpToolOptions::new()).await;
+    assert!(call(&toolkit, "crash", json!({})).await.is_error);
+    let down = call(&toolkit, "echo", json!({"text": "hello?"})).await;
+    assert!(down.is_error, "{down:?}");
+    let text = down.text_content();
+    assert!(
+        text.contains("The call was not sent: the MCP server \"once\" is down"),
+        "{text}"
+    );
+    assert!(text.contains("could not be restarted (2 attempt(s))"), "{text}");
+    assert!(
+        text.contains("no second life for this server"),
+        "its stderr is shown: {text}"
+    );
+    assert!(!text.contains("WorkerTransport"), "{text}");
+    assert!(
+        matches!(client.status(), McpStatus::Down(_)),
+        "{:?}",
+        client.status()
+    );
 }

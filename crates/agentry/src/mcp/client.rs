@@ -246,6 +246,7 @@ impl McpClient {
             shared: Arc::clone(&self.inner.shared),
             tools_changed: Arc::clone(&self.inner.tools_changed),
         };
+        let mut stderr_done = None;
         let started = match &config.transport {
             McpTransport::Stdio {
                 command,
@@ -262,9 +263,7 @@ impl McpClient {
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|e| self.start_error(format!("cannot run {:?}: {e}", config.describe())))?;
-                if let Some(stderr) = stderr {
-                    self.drain_stderr(stderr);
-                }
+                stderr_done = stderr.map(|stderr| self.drain_stderr(stderr));
                 tokio::time::timeout(config.startup_timeout, handler.serve(transport)).await
             }
             McpTransport::Http { url, headers } => {
@@ -282,9 +281,13 @@ impl McpClient {
         let service = match started {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
-                // Give the dying process a moment to say why on stderr.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return Err(self.start_error(format!("initialization failed: {e}")));
+                // Let the dying process finish saying why on stderr (its end of the pipe closes).
+                if let Some(done) = stderr_done {
+                    let _ = tokio::time::timeout(Duration::from_millis(500), done).await;
+                }
+                return Err(
+                    self.start_error(format!("initialization failed: {}", super::tidy(&e.to_string())))
+                );
             }
             Err(_) => {
                 return Err(self.start_error(format!(
@@ -309,7 +312,8 @@ impl McpClient {
         error
     }
 
-    fn drain_stderr(&self, stderr: tokio::process::ChildStderr) {
+    /// Reads the server's stderr into the tail until it closes (the task ends then).
+    fn drain_stderr(&self, stderr: tokio::process::ChildStderr) -> tokio::task::JoinHandle<()> {
         let shared = Arc::clone(&self.inner.shared);
         let name = self.name().to_owned();
         tokio::spawn(async move {
@@ -322,7 +326,7 @@ impl McpClient {
                 }
                 tail.push_back(line);
             }
-        });
+        })
     }
 
     /// A live peer: the current one, or a new connection when the server went away (bounded
@@ -354,10 +358,20 @@ impl McpClient {
                 tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
             }
         }
-        let reason = last.map(|e| e.to_string()).unwrap_or_default();
+        // The last attempt's own reason: "down: did not start: …" would say it twice.
+        let reason = match last {
+            Some(McpError::Start {
+                reason, stderr_tail, ..
+            }) => format!(
+                "it could not be restarted ({attempts} attempt(s)): {reason}{}",
+                super::stderr_note(&stderr_tail)
+            ),
+            Some(other) => format!("{other} (after {attempts} attempt(s))"),
+            None => format!("no connection after {attempts} attempt(s)"),
+        };
         Err(McpError::Down {
             server: self.name().to_owned(),
-            reason: format!("{reason} (after {attempts} attempt(s))"),
+            reason,
         })
     }
 

@@ -74,3 +74,15 @@ fn stderr_note(tail: &[String]) -> String {
         format!("\nits stderr ended with:\n{}", last.join("\n"))
     }
 }
+
+/// rmcp's transport errors name the Rust types of the transport stack; users need the cause.
+pub(crate) fn tidy(reason: &str) -> String {
+    let mut out = reason.to_owned();
+    while let Some(start) = out.find("Transport [") {
+        let Some(end) = out[start..].find("] error: ") else {
+            break;
+        };
+        out.replace_range(start..start + end + "] error: ".len(), "");
+    }
+    out
+}

@@ -87,7 +87,7 @@ impl McpTool {
         let peer = match self.client.peer().await {
             Ok(peer) => peer,
             Err(e) => {
-                let _ = tx.send(Err(ToolError::msg(format!("{e}; the call was not sent."))));
+                let _ = tx.send(Err(ToolError::msg(format!("The call was not sent: {e}"))));
                 return Ok(());
             }
         };
@@ -213,7 +213,7 @@ impl McpTool {
 
     /// `handed_over`: the request went to the transport (so it may have reached the server).
     fn transport_failure(&self, error: &ServiceError, handed_over: bool) -> ToolError {
-        let reason = tidy(&error_chain(error));
+        let reason = super::tidy(&error_chain(error));
         self.client.mark_down(&reason);
         // A request that could not be sent never ran; say so, the model may simply retry later.
         let not_sent = !handed_over
@@ -255,18 +255,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
             out.push_str(&text);
         }
         source = s.source();
-    }
-    out
-}
-
-/// rmcp's transport errors name the Rust types of the transport stack; users need the cause.
-fn tidy(reason: &str) -> String {
-    let mut out = reason.to_owned();
-    while let Some(start) = out.find("Transport [") {
-        let Some(end) = out[start..].find("] error: ") else {
-            break;
-        };
-        out.replace_range(start..start + end + "] error: ".len(), "");
     }
     out
 }
@@ -358,10 +346,10 @@ mod tests {
         let raw = "Transport send error: Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<a::B>>] error: \
                    Client error: error sending request for url (http://127.0.0.1:1/mcp)";
         assert_eq!(
-            tidy(raw),
+            super::super::tidy(raw),
             "Transport send error: Client error: error sending request for url (http://127.0.0.1:1/mcp)"
         );
-        assert_eq!(tidy("Transport closed"), "Transport closed");
+        assert_eq!(super::super::tidy("Transport closed"), "Transport closed");
     }
 
     #[test]
