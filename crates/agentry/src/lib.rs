@@ -39,3 +39,19 @@ pub mod __private {
         futures::stream::once(async move { Err(error) }).boxed()
     }
 }
+
+/// The error and its sources, "a: b: c" (a source already in the text is not repeated), so a
+/// connection refusal says what was refused.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

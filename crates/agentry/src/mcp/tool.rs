@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::McpTransport;
 use super::client::{McpClient, McpToolInfo, Progress};
+use crate::error_chain;
 use crate::message::{ContentBlock, MediaSource};
 use crate::tool::{CancelCause, Tool, ToolContext, ToolError, ToolResponse, ToolStream};
 
@@ -145,7 +146,7 @@ impl McpTool {
                     if matches!(response, Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_)))) {
                         self.client.mark_up(&peer);
                     }
-                    break self.finish(response, tx, &messages);
+                    break self.finish(response, tx);
                 }
             }
         };
@@ -174,7 +175,6 @@ impl McpTool {
         &self,
         response: Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>,
         tx: &Chunks,
-        _messages: &[String],
     ) -> Result<(), Retry> {
         let item = match response {
             Ok(Ok(ServerResult::CallToolResult(result))) => Ok(map_result(result)),
@@ -243,20 +243,6 @@ impl McpTool {
 
 enum Retry {
     SessionLost,
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 fn result_kind(result: &ServerResult) -> &'static str {

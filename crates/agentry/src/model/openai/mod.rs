@@ -32,6 +32,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::{ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, excerpt};
+use crate::error_chain;
 use response::{Accumulator, decode_completion};
 use wire::WireRequest;
 
@@ -217,21 +218,6 @@ impl Inner {
 
 fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 409 | 429 | 500 | 502 | 503 | 504 | 529)
-}
-
-/// The error and its sources, "a: b: c", so connection refusals say what was refused.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 fn decode_response(response: reqwest::Response, started: Instant) -> ChatStream {
