@@ -91,8 +91,6 @@ fn last_lines(lines: &[String], n: usize) -> &[String] {
 pub struct McpServers {
     toolkit: Toolkit,
     clients: Vec<McpClient>,
-    /// Names of the servers whose tools were registered.
-    pub servers: Vec<String>,
 }
 
 impl McpServers {
@@ -139,7 +137,7 @@ impl McpServers {
         let options = McpToolOptions::new()
             .prefix(prefix)
             .namesake(NamesakeStrategy::Rename);
-        match self.toolkit.register_mcp_client(&client, options).await {
+        match self.toolkit.register_mcp_tools(&client, &tools, options).await {
             Ok(names) => {
                 let renamed: Vec<&str> = names
                     .iter()
@@ -153,7 +151,6 @@ impl McpServers {
                         renamed.join(", ")
                     );
                 }
-                self.servers.push(client.name().to_owned());
                 self.clients.push(client);
             }
             Err(e) => {
@@ -165,7 +162,12 @@ impl McpServers {
 
     /// Whether any server's tools were registered.
     pub fn is_empty(&self) -> bool {
-        self.servers.is_empty()
+        self.clients.is_empty()
+    }
+
+    /// Names of the servers whose tools were registered, in the file's order.
+    pub fn names(&self) -> Vec<&str> {
+        self.clients.iter().map(McpClient::name).collect()
     }
 
     /// Stops following the servers' tool lists and closes them (stdio servers exit).

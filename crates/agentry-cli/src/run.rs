@@ -64,7 +64,7 @@ fn default_system_prompt(workdir: &std::path::Path, mcp: &McpServers) -> String 
     if !mcp.is_empty() {
         prompt.push_str(&format!(
             " You also have tools from MCP servers ({}); use them when they fit the task.",
-            mcp.servers.join(", ")
+            mcp.names().join(", ")
         ));
     }
     prompt

@@ -219,8 +219,20 @@ impl Toolkit {
         options: McpToolOptions,
     ) -> Result<Vec<String>, McpError> {
         let tools = client.list_tools().await?;
-        options.check(&tools, client.name())?;
-        let names = self.install_mcp_tools(client, &tools, &options)?;
+        self.register_mcp_tools(client, &tools, options).await
+    }
+
+    /// [`register_mcp_client`](Self::register_mcp_client) with the tools the caller already
+    /// listed (`client.list_tools()`), saving the server a second `tools/list`. Async like it
+    /// because it starts the task that follows the server's tool list.
+    pub async fn register_mcp_tools(
+        &self,
+        client: &McpClient,
+        tools: &[McpToolInfo],
+        options: McpToolOptions,
+    ) -> Result<Vec<String>, McpError> {
+        options.check(tools, client.name())?;
+        let names = self.install_mcp_tools(client, tools, &options)?;
         self.watch_mcp_client(client, options);
         Ok(names)
     }
