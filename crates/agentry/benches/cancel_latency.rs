@@ -11,59 +11,17 @@
 //!   `ReplyFinished` (target ≈ max(on_cancel) + scheduling, not their sum of 160 ms).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod common;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentry::agent::{AgentEvent, ReActAgent};
-use agentry::message::{ContentBlock, Msg, Role, ToolUseBlock};
-use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
+use agentry::message::Msg;
 use agentry::tool::{FunctionTool, Toolkit};
-use futures::StreamExt;
+use common::{Scripted, report, wait_for};
 use serde_json::json;
 use tokio::sync::Semaphore;
-
-/// Calls the tool `wait` `calls` times in parallel after a user message, then answers.
-struct Scripted {
-    calls: usize,
-    round: AtomicUsize,
-}
-
-impl ChatModel for Scripted {
-    fn model_name(&self) -> &str {
-        "scripted"
-    }
-
-    fn is_streaming(&self) -> bool {
-        false
-    }
-
-    fn chat(&self, request: ChatRequest) -> ChatStream {
-        let after_user = request.messages.last().is_some_and(|m| m.role == Role::User);
-        let content = if after_user {
-            let round = self.round.fetch_add(1, Ordering::Relaxed);
-            (0..self.calls)
-                .map(|i| {
-                    ContentBlock::ToolUse(ToolUseBlock {
-                        id: format!("r{round}_c{i}"),
-                        name: "wait".into(),
-                        input: json!({}),
-                        raw_input: None,
-                    })
-                })
-                .collect()
-        } else {
-            vec![ContentBlock::text("done")]
-        };
-        futures::stream::once(async move {
-            Ok(ChatResponse {
-                content,
-                ..ChatResponse::default()
-            })
-        })
-        .boxed()
-    }
-}
 
 /// A tool that signals its start and then never ends, ignoring its token; with
 /// `on_cancel_ms`, it registers an `on_cancel` that takes that long.
@@ -89,40 +47,12 @@ fn agent(calls: usize, started: Arc<Semaphore>, on_cancel_ms: Option<u64>) -> Re
     let toolkit = Toolkit::new();
     toolkit.register(waiting_tool(started, on_cancel_ms)).unwrap();
     ReActAgent::builder()
-        .model(Scripted {
-            calls,
-            round: AtomicUsize::new(0),
-        })
+        .model(Scripted::new(calls, "wait", json!({})))
         .toolkit(toolkit)
         .parallel_tool_calls(true)
         .cancel_grace(Duration::from_millis(1))
         .build()
         .unwrap()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn report(name: &str, target: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    println!(
-        "{name:<34} n={:<5} p50={:>9.1?} p99={:>9.1?} max={:>9.1?}   target: {target}",
-        samples.len(),
-        percentile(&samples, 0.5),
-        percentile(&samples, 0.99),
-        samples[samples.len() - 1]
-    );
-}
-
-async fn wait_for(run: &mut agentry::agent::ReplyRun, matches: impl Fn(&AgentEvent) -> bool) {
-    while let Some(event) = run.next_event().await {
-        if matches(&event) {
-            return;
-        }
-    }
-    panic!("the event never came");
 }
 
 async fn l1_l3(rounds: usize) {

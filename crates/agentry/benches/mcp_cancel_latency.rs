@@ -10,54 +10,17 @@
 //! - L4b: `cancel_call` → the call's `ToolFinished` (the result does not wait for the server).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use agentry::agent::{AgentEvent, ReActAgent, ReplyRun};
+use agentry::agent::{AgentEvent, ReActAgent};
 use agentry::mcp::{McpClient, McpServerConfig, McpToolOptions};
-use agentry::message::{ContentBlock, Msg, Role, ToolUseBlock};
-use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
+use agentry::message::Msg;
 use agentry::tool::Toolkit;
-use futures::StreamExt;
+use common::{Scripted, report, wait_for};
 use serde_json::json;
-
-/// Calls the MCP tool `slow` once after a user message, then answers.
-struct Scripted {
-    round: AtomicUsize,
-}
-
-impl ChatModel for Scripted {
-    fn model_name(&self) -> &str {
-        "scripted"
-    }
-
-    fn is_streaming(&self) -> bool {
-        false
-    }
-
-    fn chat(&self, request: ChatRequest) -> ChatStream {
-        let after_user = request.messages.last().is_some_and(|m| m.role == Role::User);
-        let content = if after_user {
-            let round = self.round.fetch_add(1, Ordering::Relaxed);
-            vec![ContentBlock::ToolUse(ToolUseBlock {
-                id: format!("r{round}"),
-                name: "slow".into(),
-                input: json!({"seconds": 600}),
-                raw_input: None,
-            })]
-        } else {
-            vec![ContentBlock::text("done")]
-        };
-        futures::stream::once(async move {
-            Ok(ChatResponse {
-                content,
-                ..ChatResponse::default()
-            })
-        })
-        .boxed()
-    }
-}
 
 fn test_server() -> PathBuf {
     let profile = if cfg!(debug_assertions) {
@@ -100,31 +63,6 @@ async fn arrival_after(client: &McpClient, after_ns: u128) -> u128 {
     panic!("the server never got the cancel notification");
 }
 
-async fn wait_for(run: &mut ReplyRun, matches: impl Fn(&AgentEvent) -> bool) {
-    while let Some(event) = run.next_event().await {
-        if matches(&event) {
-            return;
-        }
-    }
-    panic!("the event never came");
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn report(name: &str, target: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    println!(
-        "{name:<40} n={:<5} p50={:>9.1?} p99={:>9.1?} max={:>9.1?}   target: {target}",
-        samples.len(),
-        percentile(&samples, 0.5),
-        percentile(&samples, 0.99),
-        samples[samples.len() - 1]
-    );
-}
-
 async fn l4(rounds: usize) {
     let server = test_server();
     let client = McpClient::connect(McpServerConfig::stdio(
@@ -140,9 +78,7 @@ async fn l4(rounds: usize) {
         .await
         .unwrap();
     let agent = ReActAgent::builder()
-        .model(Scripted {
-            round: AtomicUsize::new(0),
-        })
+        .model(Scripted::new(1, "slow", json!({"seconds": 600})))
         .toolkit(toolkit)
         .build()
         .unwrap();
@@ -152,7 +88,7 @@ async fn l4(rounds: usize) {
         let mut run = agent.start_reply(Msg::user("go"));
         // The call is running on the server once it reports progress.
         wait_for(&mut run, |e| matches!(e, AgentEvent::ToolProgress { .. })).await;
-        let id = format!("r{round}");
+        let id = format!("r{round}_c0");
         let (t0_ns, t0) = (unix_ns(), Instant::now());
         handle.cancel_call(&id);
         wait_for(&mut run, |e| matches!(e, AgentEvent::ToolFinished { .. })).await;
