@@ -183,6 +183,7 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Resu
     ))?;
 
     let write_box = sandbox.clone();
+    let check_box = sandbox.clone();
     let describe_box = sandbox;
     let text = |args: &serde_json::Map<String, serde_json::Value>, key: &str| {
         args.get(key)
@@ -204,6 +205,8 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Resu
         ),
         ToolOptions::new()
             .require_approval(true)
+            // A write that could never happen is refused before the user is asked about it.
+            .check(move |args| check_box.write_target(&text(args, "path")).map(|_| ()))
             .approval_request(move |args| describe_box.describe_write(&text(args, "path"), &text(args, "content"))),
     )?;
 

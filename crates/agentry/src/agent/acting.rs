@@ -14,19 +14,42 @@ use super::approval::Approval;
 use super::events::AgentEvent;
 use super::react::ReplyCx;
 use super::structured::StructuredSpec;
+use crate::memory::{Memory, MemoryError};
 use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
 use crate::tool::{
-    CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelPhase, CancelReason,
-    DecisionSource, INTERRUPTED_RESTART, OnCancel, ProgressFn, ToolCallState, ToolContext, ToolResponse,
-    UserAction, declined_text, timed_out_text,
+    CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause, CancelPhase,
+    CancelReason, DecisionSource, INTERRUPTED_RESTART, OnCancel, PreparedCall, ProgressFn, ToolCallState,
+    ToolContext, ToolResponse, UserAction, declined_text, timed_out_text,
 };
 
-/// What one call left behind.
-struct CallOutcome {
-    /// The result message, for memory.
-    msg: Msg,
-    /// The structured output, when this was a valid finish-function call.
-    structured: Option<Map<String, Value>>,
+/// Where a batch's results go in memory: right after the assistant message, in call order,
+/// each stored as soon as it is final, whatever order the calls finish in (Y1, X6).
+struct ResultSlots {
+    /// The id of each call's stored result message.
+    stored: tokio::sync::Mutex<Vec<Option<String>>>,
+}
+
+impl ResultSlots {
+    fn new(calls: usize) -> Self {
+        ResultSlots {
+            stored: tokio::sync::Mutex::new(vec![None; calls]),
+        }
+    }
+
+    /// Stores the result of call `index` before the results of later calls already stored.
+    async fn store(&self, memory: &dyn Memory, index: usize, msg: Msg) -> Result<(), MemoryError> {
+        let mut stored = self.stored.lock().await;
+        let later = stored.iter().skip(index + 1).flatten().next().cloned();
+        let id = msg.id.clone();
+        match later {
+            Some(before) => memory.insert_before(&before, vec![msg]).await?,
+            None => memory.add(vec![msg]).await?,
+        }
+        if let Some(slot) = stored.get_mut(index) {
+            *slot = Some(id);
+        }
+        Ok(())
+    }
 }
 
 /// How execution ended, before the result is built.
@@ -41,81 +64,82 @@ enum Execution {
 }
 
 impl ReplyCx<'_> {
-    /// Runs the calls (concurrently or in order) and stores one result per call, in call order.
-    /// Returns the last structured output produced.
+    /// Runs the calls (concurrently or in order) and stores one result per call, in call order,
+    /// each as soon as it is final. Returns the last structured output produced.
     pub(super) async fn acting(
         &self,
         calls: Vec<ToolUseBlock>,
         structured: Option<&StructuredSpec>,
     ) -> Result<Option<Map<String, Value>>, AgentError> {
-        // Every call is registered, and so cancellable, before any of them runs (C4).
+        // Every call is registered, and so cancellable, before any of them runs (C4). Whether it
+        // needs approval is decided later, on the call as it will run (S3).
         let records: Vec<Arc<CallRecord>> = calls
             .iter()
             .map(|call| {
-                let policy = self.policy_for(call, structured);
-                let pending = policy.require_approval && call.input.is_object();
                 let record = CallRecord::new(
                     call.id.clone(),
                     call.name.clone(),
                     self.active.token.child_token(),
-                    pending,
+                    false,
                 );
                 self.active.register(&self.inner.events, &record);
                 record
             })
             .collect();
+        let slots = ResultSlots::new(calls.len());
         let mut output = None;
         if self.inner.parallel_tool_calls && calls.len() > 1 {
             let runs = calls
                 .into_iter()
                 .zip(records)
-                .map(|(call, record)| self.run_call(call, record, structured));
-            let outcomes = join_all(runs).await;
-            let mut msgs = Vec::with_capacity(outcomes.len());
-            for outcome in outcomes {
-                if outcome.structured.is_some() {
-                    output = outcome.structured;
+                .enumerate()
+                .map(|(index, (call, record))| self.run_call(call, record, structured, &slots, index));
+            let mut first_error = None;
+            for outcome in join_all(runs).await {
+                match outcome {
+                    Ok(Some(structured)) => output = Some(structured),
+                    Ok(None) => {}
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
                 }
-                msgs.push(outcome.msg);
             }
-            self.inner.memory.add(msgs).await?;
+            if let Some(e) = first_error {
+                return Err(e);
+            }
         } else {
-            for (call, record) in calls.into_iter().zip(records) {
-                let outcome = self.run_call(call, record, structured).await;
-                if outcome.structured.is_some() {
-                    output = outcome.structured;
+            for (index, (call, record)) in calls.into_iter().zip(records).enumerate() {
+                if let Some(structured) = self.run_call(call, record, structured, &slots, index).await? {
+                    output = Some(structured);
                 }
-                self.inner.memory.add(vec![outcome.msg]).await?;
             }
         }
         Ok(output)
     }
 
-    fn policy_for(&self, call: &ToolUseBlock, structured: Option<&StructuredSpec>) -> CallPolicy {
-        match structured {
-            Some(spec) if call.name == spec.schema.name => CallPolicy::default(),
-            _ => self.inner.toolkit.policy(&call.name),
-        }
-    }
-
-    /// Takes one registered call to its terminal state and result. Never fails.
+    /// Takes one registered call to its terminal state, stores its result, then announces it
+    /// (X6: a consumer that sees `ToolFinished` finds the result in memory). Returns the
+    /// structured output when this was a valid finish-function call; fails only when memory does.
     async fn run_call(
         &self,
         mut call: ToolUseBlock,
         record: Arc<CallRecord>,
         structured: Option<&StructuredSpec>,
-    ) -> CallOutcome {
-        let call_id = call.id.clone();
+        slots: &ResultSlots,
+        index: usize,
+    ) -> Result<Option<Map<String, Value>>, AgentError> {
+        let call_id = record.call_id.clone();
         let called_name = call.name.clone();
         let started_at = Utc::now();
-        let started = Instant::now();
         for (_, hook) in self.hooks.iter() {
             hook.pre_acting(&self.hook_cx, &mut call).await;
         }
+        // Hooks may repair the name and the arguments, not which call this is.
+        call.id = call_id.clone();
         self.emit_with(|| AgentEvent::ToolStarted {
             reply_id: self.active.reply_id.clone(),
             call_id: call_id.clone(),
-            name: called_name.clone(),
+            name: call.name.clone(),
             input: call.input.clone(),
         });
         let mut msg = Msg::tool_result(ToolResultBlock {
@@ -124,11 +148,22 @@ impl ReplyCx<'_> {
             output: Vec::new(),
             is_error: false,
         });
-        let policy = self.policy_for(&call, structured);
 
+        let finish_function = structured.filter(|spec| call.name == spec.schema.name);
+        // Checked and approved as it will run: after the hooks, so a hook that renames a call
+        // or rewrites its arguments cannot skip approval (S3, A1); a call that could never run
+        // is refused before anyone is asked.
+        let prepared = match finish_function {
+            Some(_) => None,
+            None => Some(self.inner.toolkit.prepare(&call)),
+        };
+        let policy = match &prepared {
+            Some(Ok(prepared)) => prepared.policy().clone(),
+            _ => CallPolicy::default(),
+        };
         let mut decision = None;
         let mut user_action = None;
-        if record.is_pending_approval() {
+        if policy.require_approval && record.request_approval() {
             match self.approve(&record, &call, &policy).await {
                 Approval::Approved(action, source) => {
                     user_action = Some(action);
@@ -140,50 +175,71 @@ impl ReplyCx<'_> {
 
         let mut structured_output = None;
         let mut metadata = Map::new();
-        let (content, state) = if !record.start() {
-            // Closed before it could run: declined, or cancelled while pending or queued (P1, P2).
-            let state = record.terminal().unwrap_or(ToolCallState::Cancelled {
-                phase: CancelPhase::BeforeStart,
-                partial: false,
-                reason: CancelReason::Reply,
-            });
-            (closed_before_start(&state, &call, &policy), state)
-        } else if let Some(spec) = structured.filter(|spec| call.name == spec.schema.name) {
-            let (response, output) = spec.handle(&call);
-            structured_output = output;
-            let state = if response.is_error {
-                ToolCallState::Failed
-            } else {
-                ToolCallState::Completed
-            };
-            if record.finish(state.clone()) {
-                (response.content, state)
-            } else {
-                let state = record.settle(false).unwrap_or(state);
-                (stopped_content(&state, None, None), state)
+        let mut ran_for = Duration::ZERO;
+        let (content, state) = match prepared {
+            Some(Err(refused)) if record.finish(ToolCallState::Failed) => {
+                (refused.content, ToolCallState::Failed)
             }
-        } else {
-            match self.execute(&record, &call, &policy, user_action, &mut msg).await {
-                Execution::Done(response, state) => {
-                    metadata = response.metadata;
-                    (response.content, state)
+            _ if !record.start() => {
+                // Closed before it could run: declined, or cancelled while pending or queued (P1, P2).
+                let state = record.terminal().unwrap_or(ToolCallState::Cancelled {
+                    phase: CancelPhase::BeforeStart,
+                    partial: false,
+                    reason: CancelReason::Reply,
+                });
+                (closed_before_start(&state, &call, &policy), state)
+            }
+            Some(Ok(prepared)) => {
+                let running = Instant::now();
+                let executed = self
+                    .execute(&record, &call, prepared, &policy, user_action, &mut msg)
+                    .await;
+                ran_for = running.elapsed();
+                match executed {
+                    Execution::Done(response, state) => {
+                        metadata = response.metadata;
+                        (response.content, state)
+                    }
+                    Execution::Stopped { partial, timeout } => {
+                        let state = record
+                            .settle(partial.is_some())
+                            .unwrap_or(ToolCallState::Cancelled {
+                                phase: CancelPhase::Running,
+                                partial: false,
+                                reason: CancelReason::Reply,
+                            });
+                        (stopped_content(&state, partial, timeout), state)
+                    }
                 }
-                Execution::Stopped { partial, timeout } => {
-                    let state = record
-                        .settle(partial.is_some())
-                        .unwrap_or(ToolCallState::Cancelled {
-                            phase: CancelPhase::Running,
-                            partial: false,
-                            reason: CancelReason::Reply,
-                        });
-                    (stopped_content(&state, partial, timeout), state)
+            }
+            // Refused, but it started: unreachable, as a refused call is finished above.
+            Some(Err(refused)) => {
+                let state = record.settle(false).unwrap_or(ToolCallState::Failed);
+                (refused.content, state)
+            }
+            None => {
+                let (response, output) = match finish_function {
+                    Some(spec) => spec.handle(&call),
+                    None => (ToolResponse::error("Error: no finish function."), None),
+                };
+                structured_output = output;
+                let state = if response.is_error {
+                    ToolCallState::Failed
+                } else {
+                    ToolCallState::Completed
+                };
+                if record.finish(state.clone()) {
+                    (response.content, state)
+                } else {
+                    let state = record.settle(false).unwrap_or(state);
+                    (stopped_content(&state, None, None), state)
                 }
             }
         };
 
         let mut result = ToolResultBlock {
             id: call_id.clone(),
-            name: called_name.clone(),
+            name: called_name,
             output: content,
             is_error: state.is_error(),
         };
@@ -195,18 +251,22 @@ impl ReplyCx<'_> {
         metadata.insert("tool_call".into(), call_record_json(&state, decision, started_at));
         msg.content = vec![ContentBlock::ToolResult(result)];
         msg.metadata = metadata;
-        self.print(&msg, true).await;
+        // Record first, then announce (X6, L3): whoever sees the last chunk or `ToolFinished`
+        // finds the result in memory.
+        let shown = self.wants_events().then(|| msg.clone());
+        let stored = slots.store(self.inner.memory.as_ref(), index, msg).await;
+        if let Some(shown) = shown {
+            self.print(&shown, true).await;
+        }
         self.emit_with(|| AgentEvent::ToolFinished {
             reply_id: self.active.reply_id.clone(),
             call_id,
-            name: called_name,
+            name: call.name.clone(),
             state,
-            duration: started.elapsed(),
+            duration: ran_for,
         });
-        CallOutcome {
-            msg,
-            structured: structured_output,
-        }
+        stored?;
+        Ok(structured_output)
     }
 
     /// Runs the body until its last chunk, a cancel, or the timeout.
@@ -214,6 +274,7 @@ impl ReplyCx<'_> {
         &self,
         record: &Arc<CallRecord>,
         call: &ToolUseBlock,
+        prepared: PreparedCall,
         policy: &CallPolicy,
         user_action: Option<UserAction>,
         msg: &mut Msg,
@@ -224,7 +285,7 @@ impl ReplyCx<'_> {
             user_action,
             self.inner.settings.cancel_grace,
         );
-        let mut chunks = self.inner.toolkit.call(call, ctx);
+        let mut chunks = self.inner.toolkit.run(prepared, call, ctx);
         let started = tokio::time::Instant::now();
         let hard_limit = policy.progress_extends_timeout.map(|max| started + max);
         let mut deadline = policy.timeout.map(|t| started + t);
@@ -279,12 +340,15 @@ impl ReplyCx<'_> {
                 },
             }
         }
-        if timed_out.is_none() {
-            timed_out = record.stop_reason().and_then(Result::err);
+        if timed_out.is_none()
+            && let Some(CancelCause::TimedOut(after)) = record.cancel_cause()
+        {
+            timed_out = Some(after);
         }
         let partial = run_on_cancel(
             record.take_on_cancel(),
             self.inner.settings.on_cancel_budget,
+            &self.inner.on_cancel_slots,
             &record.call_id,
         )
         .await;
@@ -337,9 +401,28 @@ pub(super) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 /// Runs `on_cancel` off the tool's task within `budget` (X10); its non-blank text, if any.
-async fn run_on_cancel(callback: Option<OnCancel>, budget: Duration, call_id: &str) -> Option<String> {
+///
+/// A callback cannot be stopped once it runs, so one that never returns keeps its thread and its
+/// slot for good; with every slot held, callbacks are skipped (the standard text is used) rather
+/// than piling up threads without bound.
+async fn run_on_cancel(
+    callback: Option<OnCancel>,
+    budget: Duration,
+    slots: &Arc<tokio::sync::Semaphore>,
+    call_id: &str,
+) -> Option<String> {
     let callback = callback?;
-    let task = tokio::task::spawn_blocking(callback);
+    let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
+        tracing::warn!(
+            call_id,
+            "every on_cancel slot is held by a callback that has not returned; the standard cancelled result is used"
+        );
+        return None;
+    };
+    let task = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        callback()
+    });
     match tokio::time::timeout(budget, task).await {
         Ok(Ok(text)) => text.filter(|t| !t.trim().is_empty()),
         Ok(Err(_)) => {

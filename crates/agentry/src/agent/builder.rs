@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::events::EventHub;
+use super::finished::{DEFAULT_FINISHED_CALLS, FinishedCalls};
 use super::{AgentError, AgentHook, AgentInner, ReActAgent, Settings};
 use crate::memory::{InMemoryMemory, Memory};
 use crate::message::Msg;
@@ -30,7 +31,12 @@ pub struct ReActAgentBuilder {
     cancel_grace: Option<Duration>,
     approval_timeout: Option<Duration>,
     no_interrupted_note: bool,
+    on_cancel_limit: Option<usize>,
+    finished_calls_limit: Option<usize>,
 }
+
+/// How many `on_cancel` callbacks may run at once per agent by default.
+pub const DEFAULT_ON_CANCEL_LIMIT: usize = 64;
 
 impl ReActAgentBuilder {
     /// The agent's name (default `"assistant"`), used as the name of its messages.
@@ -107,6 +113,22 @@ impl ReActAgentBuilder {
         self
     }
 
+    /// How many `on_cancel` callbacks may run at once (default 64). A callback runs on a
+    /// blocking thread that cannot be stopped: one that never returns keeps its thread and its
+    /// place for good. With every place taken, further callbacks are not run and the standard
+    /// cancelled result is used, so stuck callbacks hold at most this many threads.
+    pub fn on_cancel_limit(mut self, limit: usize) -> Self {
+        self.on_cancel_limit = Some(limit);
+        self
+    }
+
+    /// How many finished calls of earlier replies `cancel_call` remembers, to answer
+    /// `AlreadyFinished` instead of `NotFound` (default 4096; the oldest are forgotten first).
+    pub fn finished_calls_limit(mut self, limit: usize) -> Self {
+        self.finished_calls_limit = Some(limit);
+        self
+    }
+
     /// How long a cancelled tool body may keep running to unwind before it is dropped (X14;
     /// default 1 s).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
@@ -163,7 +185,12 @@ impl ReActAgentBuilder {
                 },
                 reply_lock: tokio::sync::Mutex::new(()),
                 active: Mutex::new(None),
-                finished_calls: Mutex::new(HashMap::new()),
+                finished_calls: Mutex::new(FinishedCalls::new(
+                    self.finished_calls_limit.unwrap_or(DEFAULT_FINISHED_CALLS),
+                )),
+                on_cancel_slots: Arc::new(tokio::sync::Semaphore::new(
+                    self.on_cancel_limit.unwrap_or(DEFAULT_ON_CANCEL_LIMIT),
+                )),
                 grants: Mutex::new(HashMap::new()),
                 memory_checked: AtomicBool::new(false),
             }),

@@ -36,14 +36,16 @@ mod acting;
 mod approval;
 mod builder;
 mod events;
+mod finished;
 mod handle;
 mod hooks;
 mod react;
 mod structured;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
-pub use builder::ReActAgentBuilder;
+pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
+pub use finished::DEFAULT_FINISHED_CALLS;
 pub use handle::{AgentHandle, ApprovalError};
 pub use hooks::{AgentHook, HookContext};
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
@@ -135,8 +137,11 @@ pub(crate) struct AgentInner {
     pub(crate) reply_lock: tokio::sync::Mutex<()>,
     /// The reply running now, for the handle.
     pub(crate) active: Mutex<Option<Arc<handle::ActiveReply>>>,
-    /// Terminal states of the calls of earlier replies of this session (C3, C4).
-    pub(crate) finished_calls: Mutex<HashMap<String, ToolCallState>>,
+    /// Terminal states of the calls of earlier replies of this session (C3, C4), bounded.
+    pub(crate) finished_calls: Mutex<finished::FinishedCalls>,
+    /// One permit per `on_cancel` callback running now; bounds the threads that callbacks which
+    /// never return can hold (X10).
+    pub(crate) on_cancel_slots: Arc<tokio::sync::Semaphore>,
     /// Session approval grants, keyed per A12.
     pub(crate) grants: Mutex<HashMap<String, Grant>>,
     /// Whether memory is known to pair every call with one result (Y1); false after a reply
@@ -155,6 +160,14 @@ impl AgentInner {
             .unwrap_or_else(|e| e.into_inner())
             .get(call_id)
             .cloned()
+    }
+
+    /// Whether an earlier reply of this agent had a call with this id (among those remembered).
+    pub(crate) fn is_finished_call(&self, call_id: &str) -> bool {
+        self.finished_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(call_id)
     }
 
     pub(crate) fn memory_is_checked(&self) -> bool {

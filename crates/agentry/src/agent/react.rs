@@ -43,6 +43,9 @@ pub(crate) struct ReplyCx<'a> {
     usage: ChatUsage,
     /// The assistant messages of this reply, newest last.
     last_assistant: Option<Msg>,
+    /// The ids of every call of this reply: an id is never reused within a reply, so
+    /// `cancel_call` always finds the call that is running (C4).
+    call_ids: HashSet<String>,
 }
 
 impl<'a> ReplyCx<'a> {
@@ -73,6 +76,7 @@ impl<'a> ReplyCx<'a> {
             pending_hints: Vec::new(),
             usage: ChatUsage::default(),
             last_assistant: None,
+            call_ids: HashSet::new(),
         };
         let span = tracing::info_span!("reply", agent = %inner.name, reply_id = %reply_id);
         let outcome = cx.reply(msg, structured.as_ref()).instrument(span).await;
@@ -238,7 +242,7 @@ impl<'a> ReplyCx<'a> {
         if interrupted {
             keep_complete_calls(&mut msg);
         }
-        make_call_ids_unique(&mut msg);
+        self.make_call_ids_unique(&mut msg);
         if !interrupted {
             for (_, hook) in self.hooks.iter() {
                 hook.post_reasoning(&self.hook_cx, &mut msg).await;
@@ -390,18 +394,23 @@ fn keep_complete_calls(msg: &mut Msg) {
     });
 }
 
-/// Gives every tool call of a model message a non-empty id unique in that message, so each
-/// result can be matched to its call.
-fn make_call_ids_unique(msg: &mut Msg) {
-    let mut seen = HashSet::new();
-    for block in msg.content.iter_mut() {
-        if let ContentBlock::ToolUse(call) = block {
-            if call.id.is_empty() || !seen.insert(call.id.clone()) {
-                call.id = format!("call_{}", new_id());
-                seen.insert(call.id.clone());
-            }
-            if call.input.is_null() && call.raw_input.is_none() {
-                call.input = Value::Object(Default::default());
+impl ReplyCx<'_> {
+    /// Gives every tool call of a model message a non-empty id that no other call of this reply
+    /// (nor a remembered call of an earlier one) has, before the message is stored: memory, the
+    /// results, the events and the next request all use the new id.
+    fn make_call_ids_unique(&mut self, msg: &mut Msg) {
+        for block in msg.content.iter_mut() {
+            if let ContentBlock::ToolUse(call) = block {
+                if call.id.is_empty()
+                    || self.call_ids.contains(&call.id)
+                    || self.inner.is_finished_call(&call.id)
+                {
+                    call.id = format!("call_{}", new_id());
+                }
+                self.call_ids.insert(call.id.clone());
+                if call.input.is_null() && call.raw_input.is_none() {
+                    call.input = Value::Object(Default::default());
+                }
             }
         }
     }

@@ -47,6 +47,27 @@ pub trait Memory: Send + Sync {
     /// Deletes everything.
     async fn clear(&self) -> Result<(), MemoryError>;
 
+    /// Inserts messages right before the stored message `before` (appends them when it is not
+    /// stored). Messages whose id is already stored are skipped. The agent uses it to keep the
+    /// results of parallel calls in call order while storing each as soon as it is final.
+    ///
+    /// The default rewrites the whole memory (`messages`, `clear`, `add`); stores that can
+    /// insert in place should override it.
+    async fn insert_before(&self, before: &str, msgs: Vec<Msg>) -> Result<(), MemoryError> {
+        let mut all = self.messages().await?;
+        let Some(at) = all.iter().position(|m| m.id == before) else {
+            return self.add(msgs).await;
+        };
+        let known: HashSet<&str> = all.iter().map(|m| m.id.as_str()).collect();
+        let new: Vec<Msg> = msgs
+            .into_iter()
+            .filter(|m| !known.contains(m.id.as_str()))
+            .collect();
+        all.splice(at..at, new);
+        self.clear().await?;
+        self.add(all).await
+    }
+
     /// Every tool call in the conversation, in order (seed 7.3).
     async fn tool_calls(&self) -> Result<Vec<ToolUseBlock>, MemoryError> {
         Ok(tool_calls(&self.messages().await?))
@@ -210,6 +231,22 @@ impl Memory for InMemoryMemory {
 
     async fn messages(&self) -> Result<Vec<Msg>, MemoryError> {
         Ok(self.state().msgs.clone())
+    }
+
+    async fn insert_before(&self, before: &str, msgs: Vec<Msg>) -> Result<(), MemoryError> {
+        let mut state = self.state();
+        let mut at = state
+            .msgs
+            .iter()
+            .position(|m| m.id == before)
+            .unwrap_or(state.msgs.len());
+        for msg in msgs {
+            if state.ids.insert(msg.id.clone()) {
+                state.msgs.insert(at, msg);
+                at += 1;
+            }
+        }
+        Ok(())
     }
 
     async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {

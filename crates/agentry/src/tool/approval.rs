@@ -118,6 +118,10 @@ pub type RequestFn = Arc<dyn Fn(&Map<String, Value>) -> Result<ApprovalRequest, 
 /// Builds the model-visible text of a declined call from its arguments and the user's reason.
 pub type DeclinedFn = Arc<dyn Fn(&Map<String, Value>, Option<&str>) -> String + Send + Sync>;
 
+/// Refuses a call before approval is asked, with the reason the model reads (e.g. a path outside
+/// the allowed directory); must be free of side effects.
+pub type CheckFn = Arc<dyn Fn(&Map<String, Value>) -> Result<(), String> + Send + Sync>;
+
 /// A tool's approval and timeout settings, set at registration.
 #[derive(Clone, Default)]
 pub struct CallPolicy {
@@ -135,6 +139,8 @@ pub struct CallPolicy {
     pub timeout: Option<Duration>,
     /// When set, progress reports renew `timeout`, up to this hard limit (T4).
     pub progress_extends_timeout: Option<Duration>,
+    /// Refuses calls that could never run, before anyone is asked to approve them.
+    pub check: Option<CheckFn>,
 }
 
 impl std::fmt::Debug for CallPolicy {
@@ -147,6 +153,7 @@ impl std::fmt::Debug for CallPolicy {
             .field("session_scope", &self.session_scope)
             .field("timeout", &self.timeout)
             .field("progress_extends_timeout", &self.progress_extends_timeout)
+            .field("check", &self.check.is_some())
             .finish()
     }
 }

@@ -132,8 +132,31 @@ pub enum CancelCause {
     TimedOut(Duration),
 }
 
+impl CancelCause {
+    /// The cancel reason, or `None` for a timeout.
+    pub fn reason(self) -> Option<CancelReason> {
+        match self {
+            CancelCause::User => Some(CancelReason::User),
+            CancelCause::Reply => Some(CancelReason::Reply),
+            CancelCause::Restart => Some(CancelReason::Restart),
+            CancelCause::TimedOut(_) => None,
+        }
+    }
+}
+
+impl From<CancelReason> for CancelCause {
+    fn from(reason: CancelReason) -> Self {
+        match reason {
+            CancelReason::User => CancelCause::User,
+            CancelReason::Reply => CancelCause::Reply,
+            CancelReason::Restart => CancelCause::Restart,
+        }
+    }
+}
+
 /// What a cancel request achieved (spec C1-C5).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CancelOutcome {
     /// The cancel was accepted now.
     Cancelled,
@@ -143,16 +166,14 @@ pub enum CancelOutcome {
     AlreadyFinished(Option<ToolCallState>),
     /// No call with this id is known in this session.
     NotFound,
+    /// The call's timeout fired first (T3): it is being stopped as `TimedOut`, and this cancel
+    /// changes nothing. Whether `on_cancel` handed back a partial result is not known yet; the
+    /// final state comes with its `ToolFinished`.
+    AlreadyTimingOut,
 }
 
 /// A callback that hands back partial results when the call is cancelled.
 pub type OnCancel = Box<dyn FnOnce() -> Option<String> + Send + 'static>;
-
-/// What stopped a running call before it finished.
-pub(crate) enum Stop {
-    Cancel(CancelReason),
-    Timeout(Duration),
-}
 
 /// Where a call is in its life.
 pub(crate) enum Phase {
@@ -161,7 +182,7 @@ pub(crate) enum Phase {
     Running,
     /// A running call was cancelled or timed out: the outcome is decided, results are discarded,
     /// and `on_cancel` (taken from the slot at the moment of the cancel) is to be run.
-    Stopping(Stop),
+    Stopping(CancelCause),
     Finished(ToolCallState),
 }
 
@@ -235,6 +256,18 @@ impl CallRecord {
         matches!(self.lock().phase, Phase::Running)
     }
 
+    /// Queued → PendingApproval: the call as it will run needs approval (decided after the
+    /// `pre_acting` hooks, spec S3). False when it was cancelled meanwhile.
+    pub(crate) fn request_approval(&self) -> bool {
+        let mut inner = self.lock();
+        if matches!(inner.phase, Phase::Queued) {
+            inner.phase = Phase::PendingApproval;
+            true
+        } else {
+            false
+        }
+    }
+
     /// PendingApproval → Queued (approved).
     pub(crate) fn approve(&self) -> bool {
         let mut inner = self.lock();
@@ -274,12 +307,12 @@ impl CallRecord {
     pub(crate) fn settle(&self, partial: bool) -> Option<ToolCallState> {
         let mut inner = self.lock();
         let state = match &inner.phase {
-            Phase::Stopping(Stop::Cancel(reason)) => ToolCallState::Cancelled {
+            Phase::Stopping(CancelCause::TimedOut(_)) => ToolCallState::TimedOut { partial },
+            Phase::Stopping(cause) => ToolCallState::Cancelled {
                 phase: CancelPhase::Running,
                 partial,
-                reason: *reason,
+                reason: cause.reason().unwrap_or(CancelReason::Reply),
             },
-            Phase::Stopping(Stop::Timeout(_)) => ToolCallState::TimedOut { partial },
             _ => return None,
         };
         inner.phase = Phase::Finished(state.clone());
@@ -302,16 +335,16 @@ impl CallRecord {
                 CancelCommit::BeforeStart { was_pending_approval }
             }
             Phase::Running => {
-                inner.phase = Phase::Stopping(Stop::Cancel(reason));
+                inner.phase = Phase::Stopping(CancelCause::from(reason));
                 CancelCommit::Running
             }
-            Phase::Stopping(Stop::Cancel(_)) => {
-                return CancelCommit::Refused(CancelOutcome::AlreadyCancelled);
+            // Its partial flag is known only once `on_cancel` has answered (defect: it used to be
+            // reported as `partial: false` whatever `on_cancel` gave).
+            Phase::Stopping(CancelCause::TimedOut(_)) => {
+                return CancelCommit::Refused(CancelOutcome::AlreadyTimingOut);
             }
-            Phase::Stopping(Stop::Timeout(_)) => {
-                return CancelCommit::Refused(CancelOutcome::AlreadyFinished(Some(
-                    ToolCallState::TimedOut { partial: false },
-                )));
+            Phase::Stopping(_) => {
+                return CancelCommit::Refused(CancelOutcome::AlreadyCancelled);
             }
             Phase::Finished(ToolCallState::Cancelled { .. }) => {
                 return CancelCommit::Refused(CancelOutcome::AlreadyCancelled);
@@ -332,7 +365,7 @@ impl CallRecord {
         if !matches!(inner.phase, Phase::Running) {
             return false;
         }
-        inner.phase = Phase::Stopping(Stop::Timeout(after));
+        inner.phase = Phase::Stopping(CancelCause::TimedOut(after));
         drop(inner);
         self.token.cancel();
         true
@@ -341,15 +374,6 @@ impl CallRecord {
     /// The callback registered for this call, taken out of the slot (at most once, X5).
     pub(crate) fn take_on_cancel(&self) -> Option<OnCancel> {
         self.lock().on_cancel.take()
-    }
-
-    /// What stopped the call, while it is stopping.
-    pub(crate) fn stop_reason(&self) -> Option<Result<CancelReason, Duration>> {
-        match &self.lock().phase {
-            Phase::Stopping(Stop::Cancel(reason)) => Some(Ok(*reason)),
-            Phase::Stopping(Stop::Timeout(after)) => Some(Err(*after)),
-            _ => None,
-        }
     }
 
     /// Registers `on_cancel` if the call is running (X2, X3).
@@ -391,15 +415,9 @@ impl CallRecord {
 
     /// Why the token was cancelled, while the call is stopping or once it ended cancelled.
     pub(crate) fn cancel_cause(&self) -> Option<CancelCause> {
-        let from = |reason: CancelReason| match reason {
-            CancelReason::User => CancelCause::User,
-            CancelReason::Reply => CancelCause::Reply,
-            CancelReason::Restart => CancelCause::Restart,
-        };
         match &self.lock().phase {
-            Phase::Stopping(Stop::Cancel(reason)) => Some(from(*reason)),
-            Phase::Stopping(Stop::Timeout(after)) => Some(CancelCause::TimedOut(*after)),
-            Phase::Finished(ToolCallState::Cancelled { reason, .. }) => Some(from(*reason)),
+            Phase::Stopping(cause) => Some(*cause),
+            Phase::Finished(ToolCallState::Cancelled { reason, .. }) => Some(CancelCause::from(*reason)),
             _ => None,
         }
     }

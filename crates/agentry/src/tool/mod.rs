@@ -43,7 +43,7 @@ mod toolkit;
 pub use agentry_macros::tool;
 pub(crate) use approval::grant_key;
 pub use approval::{
-    ApprovalDecision, ApprovalRequest, CallPolicy, DecisionSource, SessionApprovalScope, UserAction,
+    ApprovalDecision, ApprovalRequest, CallPolicy, CheckFn, DecisionSource, SessionApprovalScope, UserAction,
 };
 pub use call::{
     CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelCause, CancelOutcome, CancelPhase, CancelReason,
@@ -59,7 +59,7 @@ pub use schema::schema_for;
 /// Re-exported so callers can build a [`ToolContext`] without depending on tokio-util.
 pub use tokio_util::sync::CancellationToken;
 pub use toolkit::{
-    BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, Toolkit, ToolkitError,
+    BASIC_GROUP, NamesakeStrategy, Postprocess, PreparedCall, ToolGroup, ToolOptions, Toolkit, ToolkitError,
 };
 
 use std::sync::Arc;

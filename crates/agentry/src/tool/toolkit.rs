@@ -138,6 +138,28 @@ impl ToolOptions {
         self
     }
 
+    /// Refuses calls before approval is asked: `f` gets the validated arguments (with presets)
+    /// and returns the reason the model reads. Use it for checks a JSON schema cannot express,
+    /// such as a path outside the allowed directory. Must be free of side effects.
+    ///
+    /// ```
+    /// use agentry::tool::ToolOptions;
+    /// let options = ToolOptions::new().require_approval(true).check(|args| {
+    ///     match args.get("path").and_then(|p| p.as_str()) {
+    ///         Some(p) if p.starts_with('/') => Err(format!("{p:?} is outside the working directory")),
+    ///         _ => Ok(()),
+    ///     }
+    /// });
+    /// # let _ = options;
+    /// ```
+    pub fn check(
+        mut self,
+        f: impl Fn(&Map<String, Value>) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.policy.check = Some(Arc::new(f));
+        self
+    }
+
     /// Lets progress reports renew the timeout, up to `max` in all (T4).
     pub fn progress_extends_timeout(mut self, max: std::time::Duration) -> Self {
         self.policy.progress_extends_timeout = Some(max);
@@ -447,20 +469,33 @@ impl Toolkit {
     /// one chunk whose `is_last` is set; failures are error chunks, never a missing result.
     ///
     /// The tool runs on its own task, so a panic or a long computation in it cannot take the
-    /// caller down.
+    /// caller down. The same as [`Toolkit::prepare`] followed by [`Toolkit::run`].
     pub fn call(&self, call: &ToolUseBlock, ctx: ToolContext) -> BoxStream<'static, ToolResponse> {
+        match self.prepare(call) {
+            Ok(prepared) => self.run(prepared, call, ctx),
+            Err(refused) => one(refused),
+        }
+    }
+
+    /// Checks a call without running it: the tool exists and its group is active, the arguments
+    /// match the schema (presets are added), and the tool's own check passes. The error is the
+    /// result the model reads. What approval is decided on, and what [`Toolkit::run`] runs, even
+    /// if the tool is replaced meanwhile.
+    pub fn prepare(&self, call: &ToolUseBlock) -> Result<PreparedCall, ToolResponse> {
         let entry = {
             let registry = self.read();
             if registry.meta_tool && call.name == meta::META_TOOL_NAME {
-                drop(registry);
-                return stream::once(std::future::ready(meta::call(self, &call.input))).boxed();
+                return Ok(PreparedCall {
+                    target: Target::Meta,
+                    policy: CallPolicy::default(),
+                });
             }
             match registry
                 .index
                 .get(&call.name)
                 .and_then(|&i| registry.tools.get(i))
             {
-                None => return one(failure(unknown_tool(&registry, &call.name))),
+                None => return Err(failure(unknown_tool(&registry, &call.name))),
                 Some(entry) if !registry.is_active(&entry.group) => {
                     let hint = if registry.meta_tool {
                         format!(
@@ -470,7 +505,7 @@ impl Toolkit {
                     } else {
                         String::new()
                     };
-                    return one(failure(format!(
+                    return Err(failure(format!(
                         "the tool \"{}\" is in the inactive group \"{}\", so it cannot be called now.{hint}",
                         entry.name, entry.group
                     )));
@@ -478,10 +513,58 @@ impl Toolkit {
                 Some(entry) => Arc::clone(entry),
             }
         };
-        match checked_arguments(&entry, call) {
-            Ok(args) => run_tool(entry, call, args, ctx),
-            Err(message) => one(failure(message)),
+        let args = checked_arguments(&entry, call).map_err(failure)?;
+        if let Some(check) = &entry.policy.check {
+            check(&args).map_err(failure)?;
         }
+        Ok(PreparedCall {
+            policy: entry.policy.clone(),
+            target: Target::Tool { entry, args },
+        })
+    }
+
+    /// Runs a prepared call; see [`Toolkit::call`].
+    pub fn run(
+        &self,
+        prepared: PreparedCall,
+        call: &ToolUseBlock,
+        ctx: ToolContext,
+    ) -> BoxStream<'static, ToolResponse> {
+        match prepared.target {
+            Target::Meta => stream::once(std::future::ready(meta::call(self, &call.input))).boxed(),
+            Target::Tool { entry, args } => run_tool(entry, call, args, ctx),
+        }
+    }
+}
+
+/// A call that passed [`Toolkit::prepare`], ready for approval and [`Toolkit::run`].
+pub struct PreparedCall {
+    target: Target,
+    policy: CallPolicy,
+}
+
+enum Target {
+    Meta,
+    Tool {
+        entry: Arc<RegisteredTool>,
+        args: Map<String, Value>,
+    },
+}
+
+impl PreparedCall {
+    /// The approval and timeout settings of the tool that will run.
+    pub fn policy(&self) -> &CallPolicy {
+        &self.policy
+    }
+}
+
+impl fmt::Debug for PreparedCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tool = match &self.target {
+            Target::Meta => meta::META_TOOL_NAME,
+            Target::Tool { entry, .. } => entry.name.as_str(),
+        };
+        f.debug_struct("PreparedCall").field("tool", &tool).finish()
     }
 }
 
