@@ -16,12 +16,18 @@ use crate::tool::{ApprovalDecision, ApprovalRequest, CancelReason, DecisionSourc
 
 /// One thing that happened during a reply.
 ///
-/// The terminal, the web page and the tests all read the same events.
+/// The terminal, the web page and the tests all read the same events. Each variant says what a
+/// consumer may rely on when it sees it; in short, **the runtime records first, then
+/// announces**: when an event says something is final, memory already holds it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum AgentEvent {
     /// A message to show. Streamed messages repeat with the same `msg.id` and cumulative
-    /// content, `last == false`, and end with exactly one `last == true`.
+    /// content, `last == false`, and end with exactly one `last == true` (S4).
+    ///
+    /// When `last` is true, the message (an assistant message or a tool result) is in memory
+    /// as shown, unless a print hook changed what is shown. States with `last == false` are
+    /// progress only and are never stored.
     Message {
         /// The message as it is now.
         msg: Msg,
@@ -30,6 +36,10 @@ pub enum AgentEvent {
     },
     /// A tool call entered the runtime: it will wait for approval and a free slot if needed,
     /// then run. Every `ToolStarted` is followed by exactly one `ToolFinished` (S4).
+    ///
+    /// The call is registered: [`AgentHandle::cancel_call`](super::AgentHandle::cancel_call)
+    /// with this `call_id` reaches it (ids are unique within a reply, C4). The assistant message
+    /// holding the call is in memory.
     ToolStarted {
         /// The reply this call belongs to.
         reply_id: String,
@@ -40,7 +50,8 @@ pub enum AgentEvent {
         /// The arguments (after pre-acting hooks).
         input: Value,
     },
-    /// A running tool reported progress (UI only; never sent to the model, X13).
+    /// A running tool reported progress (UI only; never sent to the model or stored, X13).
+    /// Never emitted after the call was cancelled (X11).
     ToolProgress {
         /// The reply this call belongs to.
         reply_id: String,
@@ -53,6 +64,10 @@ pub enum AgentEvent {
     },
     /// A call needs approval; answer with [`AgentHandle::decide`](super::AgentHandle::decide).
     /// `automatic` requests are decided already (auto-approval or a session grant, A7).
+    ///
+    /// `name` and `input` are the call as it will run (after the pre-acting hooks, S3). When
+    /// `automatic` is false, `decide` for this `call_id` is accepted from now until
+    /// `ApprovalResolved` or `ApprovalWithdrawn`.
     ApprovalRequested {
         /// The reply this call belongs to.
         reply_id: String,
@@ -67,7 +82,8 @@ pub enum AgentEvent {
         /// Whether the decision is taken without asking.
         automatic: bool,
     },
-    /// An approval was decided.
+    /// An approval was decided; a later `decide` is refused (A16). After an approval the call
+    /// runs; after a decline its `ToolFinished` follows with `Declined`.
     ApprovalResolved {
         /// The reply this call belongs to.
         reply_id: String,
@@ -87,7 +103,9 @@ pub enum AgentEvent {
         /// The call id.
         call_id: String,
     },
-    /// A cancel was accepted (C7); the `ToolFinished` of the cancelled calls follow.
+    /// A cancel was accepted (C7); the `ToolFinished` of the cancelled calls follow, never
+    /// before it. The tokens are cancelled by the time `cancel_call` / `cancel_reply` returns
+    /// (X1, L2).
     CancelRequested {
         /// The reply concerned.
         reply_id: String,
@@ -96,8 +114,10 @@ pub enum AgentEvent {
         /// Who cancelled.
         reason: CancelReason,
     },
-    /// A tool call reached its terminal state; its result is in memory (or will be, with the
-    /// rest of its parallel batch, in call order).
+    /// A tool call reached its terminal state. Its result is in memory already (X6), at its
+    /// place in call order: in a parallel batch, results of calls that finished earlier are
+    /// stored as they finish, and a sibling that finishes later is stored before them if it
+    /// comes first in the message. Nothing about this call changes afterwards (S1).
     ToolFinished {
         /// The reply this call belongs to.
         reply_id: String,
@@ -107,10 +127,13 @@ pub enum AgentEvent {
         name: String,
         /// How it ended.
         state: ToolCallState,
-        /// Time from `ToolStarted` to the result.
+        /// How long the tool ran: from the start of its body to its result. Zero for a call
+        /// that never ran (declined, refused, cancelled before start); time waiting for
+        /// approval never counts.
         duration: Duration,
     },
-    /// The reply is over.
+    /// The reply is over: everything of it is in memory (including the interrupted note of a
+    /// cancelled reply, R5), and a new reply may start.
     ReplyFinished {
         /// The reply id.
         reply_id: String,

@@ -156,10 +156,7 @@ impl<'a> ReplyCx<'a> {
         let (mut reply, stop_reason) = match reply {
             Some(reply) => (reply, StopReason::Answered),
             None => match self.summarizing().await? {
-                Some(summary) => {
-                    self.inner.memory.add(vec![summary.clone()]).await?;
-                    (summary, StopReason::MaxIters)
-                }
+                Some(summary) => (summary, StopReason::MaxIters),
                 None => return self.interrupted().await,
             },
         };
@@ -258,8 +255,8 @@ impl<'a> ReplyCx<'a> {
         Ok(msg)
     }
 
-    /// The summary after `max_iters` rounds: a call without tools; the caller stores it.
-    /// `None` when the reply was cancelled meanwhile.
+    /// The summary after `max_iters` rounds: a call without tools, stored. `None` when the
+    /// reply was cancelled meanwhile.
     async fn summarizing(&mut self) -> Result<Option<Msg>, AgentError> {
         let request = ChatRequest::new(self.prompt(Some(Msg::user(SUMMARY_HINT))).await?);
         let ModelOutput {
@@ -277,6 +274,8 @@ impl<'a> ReplyCx<'a> {
             }
             return Ok(None);
         }
+        // Stored before it is shown as final, like every message.
+        self.inner.memory.add(vec![msg.clone()]).await?;
         self.print(&msg, true).await;
         Ok(Some(msg))
     }
