@@ -18,6 +18,7 @@ pub mod mcp;
 pub mod memory;
 pub mod message;
 pub mod model;
+pub mod protocol;
 pub mod tool;
 
 pub use agent::{AgentError, AgentEvent, ReActAgent};

@@ -341,7 +341,7 @@ impl ReplyCx<'_> {
             }
         }
         if timed_out.is_none()
-            && let Some(CancelCause::TimedOut(after)) = record.cancel_cause()
+            && let Some(CancelCause::TimedOut { after }) = record.cancel_cause()
         {
             timed_out = Some(after);
         }

@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -19,7 +20,8 @@ use crate::tool::{ApprovalDecision, ApprovalRequest, CancelReason, DecisionSourc
 /// The terminal, the web page and the tests all read the same events. Each variant says what a
 /// consumer may rely on when it sees it; in short, **the runtime records first, then
 /// announces**: when an event says something is final, memory already holds it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AgentEvent {
     /// A message to show. Streamed messages repeat with the same `msg.id` and cumulative
@@ -130,6 +132,7 @@ pub enum AgentEvent {
         /// How long the tool ran: from the start of its body to its result. Zero for a call
         /// that never ran (declined, refused, cancelled before start); time waiting for
         /// approval never counts.
+        #[serde(rename = "duration_ms", with = "crate::protocol::duration_ms")]
         duration: Duration,
     },
     /// The reply is over: everything of it is in memory (including the interrupted note of a
@@ -145,7 +148,9 @@ pub enum AgentEvent {
 }
 
 /// What a cancel applies to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "target", content = "call_id", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CancelTarget {
     /// One tool call.
     Call(String),
@@ -154,7 +159,8 @@ pub enum CancelTarget {
 }
 
 /// Why a reply ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", content = "error", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StopReason {
     /// The model answered without calling tools (or produced the structured output).

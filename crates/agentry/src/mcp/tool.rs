@@ -50,7 +50,7 @@ type Chunks = mpsc::UnboundedSender<Result<ToolResponse, ToolError>>;
 /// Why a call stopped, in the words `notifications/cancelled` carries (M1).
 fn cancel_reason(ctx: &ToolContext) -> &'static str {
     match ctx.cancel_cause() {
-        Some(CancelCause::TimedOut(_)) => "timed out",
+        Some(CancelCause::TimedOut { .. }) => "timed out",
         Some(CancelCause::Reply) => "reply cancelled",
         Some(CancelCause::Restart) => "agent stopped",
         Some(CancelCause::User) | None => "user cancelled",

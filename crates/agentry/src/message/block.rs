@@ -6,6 +6,7 @@ use serde_json::Value;
 /// Where the bytes of an image or audio block are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MediaSource {
     /// Inline data.
     Base64 {
@@ -71,6 +72,7 @@ pub fn join_text(blocks: &[ContentBlock]) -> Option<String> {
 /// One piece of a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ContentBlock {
     /// Plain text.
     Text {
@@ -100,6 +102,7 @@ pub enum ContentBlock {
 
 /// The kind of a [`ContentBlock`], for filtering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BlockKind {
     /// [`ContentBlock::Text`]
     Text,

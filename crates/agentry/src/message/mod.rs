@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 /// Who speaks a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Role {
     /// The human (or the program acting for them).
     User,

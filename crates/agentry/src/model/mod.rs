@@ -25,6 +25,7 @@ use crate::message::{ContentBlock, Msg, ToolUseBlock};
 /// What the model may do with tools in one call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolChoice {
     /// The model decides (provider default).
     Auto,
@@ -77,6 +78,7 @@ pub struct ChatUsage {
     /// Generated tokens.
     pub output_tokens: u64,
     /// Wall time of the call, from sending the request to the last byte.
+    #[serde(rename = "time_ms", with = "crate::protocol::duration_ms")]
     pub time: Duration,
 }
 

@@ -54,6 +54,7 @@ impl ApprovalRequest {
 /// The user's answer to an approval request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ApprovalDecision {
     /// Run this call.
     Approve,
@@ -79,6 +80,7 @@ pub enum ApprovalDecision {
 /// Where a decision came from (spec Y3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DecisionSource {
     /// The user decided.
     User,
@@ -105,6 +107,7 @@ pub struct UserAction {
 /// How a session grant matches later calls (spec A12).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SessionApprovalScope {
     /// Same tool and the same arguments (canonical JSON).
     #[default]

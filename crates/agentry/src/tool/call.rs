@@ -51,6 +51,7 @@ pub fn declined_text(reason: Option<&str>) -> String {
 /// When a cancel happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CancelPhase {
     /// Before the body was invoked (pending approval or queued).
     BeforeStart,
@@ -61,6 +62,7 @@ pub enum CancelPhase {
 /// Who or what cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CancelReason {
     /// The user cancelled this call.
     User,
@@ -119,7 +121,8 @@ impl ToolCallState {
 }
 
 /// Why a running call's token was cancelled, as its body can ask ([`ToolContext::cancel_cause`](super::ToolContext::cancel_cause)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CancelCause {
     /// The user cancelled this call.
@@ -129,7 +132,11 @@ pub enum CancelCause {
     /// The agent stopped.
     Restart,
     /// The call ran past its timeout.
-    TimedOut(Duration),
+    TimedOut {
+        /// The timeout that fired.
+        #[serde(rename = "after_ms", with = "crate::protocol::duration_ms")]
+        after: Duration,
+    },
 }
 
 impl CancelCause {
@@ -139,7 +146,7 @@ impl CancelCause {
             CancelCause::User => Some(CancelReason::User),
             CancelCause::Reply => Some(CancelReason::Reply),
             CancelCause::Restart => Some(CancelReason::Restart),
-            CancelCause::TimedOut(_) => None,
+            CancelCause::TimedOut { .. } => None,
         }
     }
 }
@@ -155,7 +162,8 @@ impl From<CancelReason> for CancelCause {
 }
 
 /// What a cancel request achieved (spec C1-C5).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "state", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CancelOutcome {
     /// The cancel was accepted now.
@@ -307,7 +315,7 @@ impl CallRecord {
     pub(crate) fn settle(&self, partial: bool) -> Option<ToolCallState> {
         let mut inner = self.lock();
         let state = match &inner.phase {
-            Phase::Stopping(CancelCause::TimedOut(_)) => ToolCallState::TimedOut { partial },
+            Phase::Stopping(CancelCause::TimedOut { .. }) => ToolCallState::TimedOut { partial },
             Phase::Stopping(cause) => ToolCallState::Cancelled {
                 phase: CancelPhase::Running,
                 partial,
@@ -340,7 +348,7 @@ impl CallRecord {
             }
             // Its partial flag is known only once `on_cancel` has answered (defect: it used to be
             // reported as `partial: false` whatever `on_cancel` gave).
-            Phase::Stopping(CancelCause::TimedOut(_)) => {
+            Phase::Stopping(CancelCause::TimedOut { .. }) => {
                 return CancelCommit::Refused(CancelOutcome::AlreadyTimingOut);
             }
             Phase::Stopping(_) => {
@@ -365,7 +373,7 @@ impl CallRecord {
         if !matches!(inner.phase, Phase::Running) {
             return false;
         }
-        inner.phase = Phase::Stopping(CancelCause::TimedOut(after));
+        inner.phase = Phase::Stopping(CancelCause::TimedOut { after });
         drop(inner);
         self.token.cancel();
         true

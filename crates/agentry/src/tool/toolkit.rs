@@ -19,6 +19,7 @@ pub const BASIC_GROUP: &str = "basic";
 
 /// What to do when a tool is registered under a name that is taken.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NamesakeStrategy {
     /// Refuse with [`ToolkitError::NameTaken`].
     #[default]
