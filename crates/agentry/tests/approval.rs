@@ -665,23 +665,40 @@ async fn a17_calls_without_approval_do_not_wait_in_parallel_and_queue_in_order_o
     fake.assert_no_violations();
 }
 
-#[tokio::test]
+/// A18 on a paused clock (the model is in-process): the call waits a whole virtual minute for
+/// its approval, far past its 40 ms timeout, then runs 30 ms and completes. Counting the wait
+/// would have timed it out at once.
+#[tokio::test(start_paused = true)]
 async fn a18_time_waiting_for_approval_does_not_count_toward_the_timeout() {
-    let (fake, toolkit, probe) = setup(
-        vec![call("g", "guarded", json!({}))],
-        guarded().timeout(Duration::from_millis(40)),
-    )
-    .await;
-    let agent = new_agent(&fake, toolkit);
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(
+            probe.tool("guarded"),
+            guarded().timeout(Duration::from_millis(40)),
+        )
+        .unwrap();
+    let model = common::scripted::ScriptedModel::new();
+    model.push_calls(&[("g", "guarded", json!({"wait": true}))]);
+    model.push_text("after the tools");
+    let agent = ReActAgent::builder()
+        .name("Friday")
+        .model(model.clone())
+        .toolkit(toolkit)
+        .build()
+        .unwrap();
     let handle = agent.handle();
     let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
     driver.wait_for("asked", asked("g")).await;
-    // Longer than the timeout: it must not be running while the request is pending.
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::advance(Duration::from_secs(60)).await;
     handle.decide("g", ApprovalDecision::Approve).unwrap();
+    probe.started(1).await;
+    tokio::time::advance(Duration::from_millis(30)).await;
+    probe.release();
     let (_, events) = driver.finish().await;
     check_all(&agent, &events).await;
     assert_eq!(state_of(&events, "g"), ToolCallState::Completed);
+    assert_eq!(model.result(1, "g").text(), "FINAL");
     assert_eq!(probe.runs(), 1);
-    fake.assert_no_violations();
+    model.assert_no_violations();
 }
