@@ -13,22 +13,20 @@ mod execution;
 mod state;
 #[path = "cancellation/stops.rs"]
 mod stops;
+#[path = "cancellation/terminal.rs"]
+mod terminal;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentry::agent::{
-    AgentEvent, AgentHook, CancelTarget, HookContext, REPLY_INTERRUPTED_NOTE, ReActAgent, StopReason,
-};
+use agentry::agent::{AgentEvent, CancelTarget, REPLY_INTERRUPTED_NOTE, ReActAgent, StopReason};
 use agentry::memory::{InMemoryMemory, Memory};
-use agentry::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
+use agentry::message::{ContentBlock, Msg, Role, ToolUseBlock};
 use agentry::tool::{
     CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, DECLINED,
     INTERRUPTED_RESTART, ToolCallState, ToolOptions, Toolkit, declined_text, timed_out_text,
 };
 use agentry_testkit::{Call, FakeLlm, Gate, Reply};
-use async_trait::async_trait;
 use common::probe::{Driver, Probe, finished};
 use common::*;
 use serde_json::{Value, json};
@@ -66,134 +64,6 @@ fn cancelled_before_start(reason: CancelReason) -> ToolCallState {
         partial: false,
         reason,
     }
-}
-
-/// The calls of the scenario that ends in every terminal state, as (id, tool, arguments), run in
-/// order: `probe` is the probe, `guarded` needs approval, `slow` times out after 50 ms.
-const TERMINAL_CALLS: [(&str, &str, &str); 7] = [
-    ("done", "probe", r#"{"chunks": ["half way"]}"#),
-    ("failed", "probe", r#"{"fail": "boom"}"#),
-    ("declined", "guarded", "{}"),
-    ("timed", "slow", r#"{"wait": true, "partial": "half"}"#),
-    ("partial", "probe", r#"{"wait": true, "partial": "partial text"}"#),
-    ("cancelled", "probe", r#"{"wait": true}"#),
-    ("queued", "probe", "{}"),
-];
-
-const TERMINAL_TIMEOUT: Duration = Duration::from_millis(50);
-
-/// What each call of [`TERMINAL_CALLS`] ends as: state, model-visible text, `is_error` (Y2).
-fn terminal_expected() -> Vec<(&'static str, ToolCallState, String, bool)> {
-    vec![
-        ("done", ToolCallState::Completed, "FINAL".to_owned(), false),
-        ("failed", ToolCallState::Failed, "Error: boom".to_owned(), true),
-        (
-            "declined",
-            ToolCallState::Declined {
-                reason: Some("not now".into()),
-            },
-            declined_text(Some("not now")),
-            true,
-        ),
-        (
-            "timed",
-            ToolCallState::TimedOut { partial: true },
-            timed_out_text(TERMINAL_TIMEOUT, Some("half")),
-            true,
-        ),
-        (
-            "partial",
-            cancelled_running(true, CancelReason::User),
-            "partial text".to_owned(),
-            true,
-        ),
-        (
-            "cancelled",
-            cancelled_running(false, CancelReason::User),
-            CANCELLED_RUNNING.to_owned(),
-            true,
-        ),
-        (
-            "queued",
-            cancelled_before_start(CancelReason::User),
-            CANCELLED_BEFORE_START.to_owned(),
-            true,
-        ),
-    ]
-}
-
-/// Records the state every post-acting hook sees.
-struct StateRecorder(Arc<Mutex<Vec<(String, ToolCallState)>>>);
-
-#[async_trait]
-impl AgentHook for StateRecorder {
-    async fn post_acting(
-        &self,
-        _: &HookContext,
-        call: &ToolUseBlock,
-        state: &ToolCallState,
-        _: &mut ToolResultBlock,
-    ) {
-        self.0.lock().unwrap().push((call.id.clone(), state.clone()));
-    }
-}
-
-/// One reply through [`TERMINAL_CALLS`] (the caller scripted its model with them, then a text
-/// answer): the agent, the reply's events, and what the post-acting hooks saw.
-struct Terminal {
-    agent: ReActAgent,
-    events: Vec<AgentEvent>,
-    hooks: Vec<(String, ToolCallState)>,
-}
-
-async fn every_terminal_state(make: impl FnOnce(Toolkit) -> agentry::agent::ReActAgentBuilder) -> Terminal {
-    let (probe, slow) = (Probe::new(), Probe::new());
-    let toolkit = Toolkit::new();
-    toolkit.register(probe.tool("probe")).unwrap();
-    toolkit
-        .register_with(
-            Probe::new().tool("guarded"),
-            ToolOptions::new().require_approval(true),
-        )
-        .unwrap();
-    toolkit
-        .register_with(slow.tool("slow"), ToolOptions::new().timeout(TERMINAL_TIMEOUT))
-        .unwrap();
-    let hooks = Arc::new(Mutex::new(Vec::new()));
-    let agent = make(toolkit)
-        .parallel_tool_calls(false)
-        .hook("states", StateRecorder(Arc::clone(&hooks)))
-        .build()
-        .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
-    driver
-        .wait_for("approval asked", common::probe::asked("declined"))
-        .await;
-    handle
-        .decide(
-            "declined",
-            agentry::tool::ApprovalDecision::Decline {
-                reason: Some("not now".into()),
-            },
-        )
-        .unwrap();
-    probe.started(3).await;
-    assert_eq!(handle.cancel_call("queued"), CancelOutcome::Cancelled);
-    assert_eq!(handle.cancel_call("partial"), CancelOutcome::Cancelled);
-    probe.started(4).await;
-    assert_eq!(handle.cancel_call("cancelled"), CancelOutcome::Cancelled);
-    let (_, events) = driver.finish().await;
-    let hooks = hooks.lock().unwrap().clone();
-    Terminal { agent, events, hooks }
-}
-
-/// Pushes the [`TERMINAL_CALLS`] turn and a text answer to the fake server.
-fn push_terminal_calls(fake: &FakeLlm) {
-    fake.push(Reply::tool_calls(
-        TERMINAL_CALLS.map(|(id, tool, args)| Call::new(id, tool, args)),
-    ));
-    fake.push(Reply::text("after the tools"));
 }
 
 #[tokio::test]

@@ -254,7 +254,8 @@ async fn x6_the_result_is_in_memory_before_tool_finished() {
 /// buffer afterwards (during its grace) changes nothing the model or memory sees.
 #[tokio::test]
 async fn x6_the_on_cancel_value_is_captured_once() {
-    let (ran_tx, ran_rx) = watch::channel(false);
+    let (ran_tx, ran_rx) = watch::channel(0usize);
+    let ran_seen = ran_rx.clone();
     let (changed_tx, mut changed_rx) = watch::channel(false);
     let ran_tx = Arc::new(ran_tx);
     let changed_tx = Arc::new(changed_tx);
@@ -270,14 +271,14 @@ async fn x6_the_on_cancel_value_is_captured_once() {
                 let ran = Arc::clone(&ran_tx);
                 ctx.set_on_cancel(move || {
                     let text = snapshot.lock().unwrap().clone();
-                    ran.send_replace(true);
+                    ran.send_modify(|n| *n += 1);
                     Some(text)
                 });
                 let mut ran = ran_rx.clone();
                 let changed = Arc::clone(&changed_tx);
                 agentry::tool::once(async move {
                     ctx.cancelled().await;
-                    let _ = ran.wait_for(|r| *r).await;
+                    let _ = ran.wait_for(|r| *r > 0).await;
                     buffer.lock().unwrap().push_str(" and 4 more");
                     changed.send_replace(true);
                     "FINAL"
@@ -302,6 +303,7 @@ async fn x6_the_on_cancel_value_is_captured_once() {
     let memory = check_all(&agent, &events).await;
     assert_eq!(stored(&memory, "c").0, "3 matches");
     assert_eq!(tool_message(&fake, 1, "c"), "3 matches");
+    assert_eq!(*ran_seen.borrow(), 1, "on_cancel ran once");
     assert_eq!(
         state_of(&events, "c"),
         cancelled_running(true, CancelReason::User)

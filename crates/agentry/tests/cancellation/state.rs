@@ -18,7 +18,7 @@ use serde_json::json;
 use super::common::probe::{Driver, Probe};
 use super::common::scripted::ScriptedModel;
 use super::common::*;
-use super::{TERMINAL_CALLS, every_terminal_state, push_terminal_calls};
+use super::terminal::{TERMINAL_CALLS, every_terminal_state, push_terminal_calls};
 
 /// xorshift64*: the test's own seeded generator, so a failing seed can be replayed.
 struct Rng(u64);
@@ -388,6 +388,7 @@ async fn y1_every_request_pairs_each_call_with_one_result() {
     let fake = FakeLlm::start().await;
     push_terminal_calls(&fake);
     let run = every_terminal_state(|toolkit| builder(&fake, true, toolkit)).await;
+    assert_eq!(fake.violations(), Vec::<String>::new(), "every terminal state");
     // The same agent goes on: a reply cancelled with one call running and one queued, then one
     // more reply, whose first request carries everything above.
     fake.push(Reply::tool_calls([

@@ -16,7 +16,8 @@ use serde_json::json;
 use super::common::probe::{Driver, Probe, asked, finished};
 use super::common::scripted::ScriptedModel;
 use super::common::*;
-use super::{TERMINAL_CALLS, cancelled_running, every_terminal_state, probe_call, setup, terminal_expected};
+use super::terminal::{TERMINAL_CALLS, every_terminal_state, push_terminal_calls, terminal_expected};
+use super::{cancelled_running, probe_call, setup};
 
 /// C4: while the model still streams its answer, its calls are not registered: cancelling a
 /// call whose arguments are complete, or still streaming, answers `NotFound` and changes
@@ -186,7 +187,7 @@ async fn y2_each_terminal_state_reaches_the_model_with_its_text_and_error_flag()
 #[tokio::test]
 async fn y3_stored_records_keep_state_details_and_the_decision_source() {
     let fake = FakeLlm::start().await;
-    super::push_terminal_calls(&fake);
+    push_terminal_calls(&fake);
     let run = every_terminal_state(|toolkit| builder(&fake, true, toolkit)).await;
     let memory = check_all(&run.agent, &run.events).await;
     for (id, state, ..) in terminal_expected() {
