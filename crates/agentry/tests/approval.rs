@@ -578,7 +578,7 @@ async fn a15_nobody_to_decide_or_no_decision_in_time_declines() {
     // No listener at all: declined at once, fail-closed.
     let (fake, toolkit, probe) = setup(vec![call("g", "guarded", json!({}))], guarded()).await;
     let agent = new_agent(&fake, toolkit);
-    agent.reply(Msg::user("go")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("go"))).await.unwrap();
     assert_eq!(
         stored(&consistent_memory(&agent).await, "g").0,
         declined_text(Some("no decision"))
@@ -608,7 +608,9 @@ async fn a15_nobody_to_decide_or_no_decision_in_time_declines() {
     driver.wait_for("asked", asked("g")).await;
     drop(driver);
     // The next reply waits for the dropped one to end; it uses the unconsumed scripted answer.
-    agent.reply(Msg::user("still there?")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("still there?")))
+        .await
+        .unwrap();
     let memory = consistent_memory(&agent).await;
     assert_eq!(stored(&memory, "g").0, declined_text(Some("no decision")));
     assert_eq!(stored(&memory, "g").2["tool_call"]["decision"], "no_decision");

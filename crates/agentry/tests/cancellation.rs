@@ -439,7 +439,7 @@ async fn c3_c4_c5_cancelling_finished_or_unknown_calls_changes_nothing() {
         "no reply runs (C5)"
     );
     let mut events = agent.subscribe();
-    agent.reply(Msg::user("go")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("go"))).await.unwrap();
     let events = drain(&mut events);
     let before = check_all(&agent, &events).await;
     assert_eq!(
@@ -611,7 +611,7 @@ async fn r2_r4_r5_cancel_reply_stops_every_call_in_its_phase_and_no_model_reques
     // R5: the next reply's first request carries the note right after the interrupted reply.
     fake.assert_no_violations();
     fake.push(Reply::text("fresh answer"));
-    let next = agent.reply(Msg::user("again")).await;
+    let next = within("the reply", agent.reply(Msg::user("again"))).await;
     // The scripted "after the tools" was never consumed, so it answers this request.
     assert_eq!(next.unwrap().text().as_deref(), Some("after the tools"));
     let messages = wire_messages(&fake, 1);
@@ -650,7 +650,7 @@ async fn r3_cancel_while_the_model_streams_keeps_the_text_and_the_complete_calls
     let agent = agent(&fake, true, toolkit);
     let handle = agent.handle();
     let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
-    gate.reached().await;
+    within("the stream pauses", gate.reached()).await;
     driver
         .wait_for(
             "both calls streaming",
@@ -748,7 +748,9 @@ async fn y4_a_dangling_call_in_memory_is_closed_before_the_first_request() {
         .memory(memory)
         .build()
         .unwrap();
-    agent.reply(Msg::user("hello again")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("hello again")))
+        .await
+        .unwrap();
     assert_eq!(tool_message(&fake, 0, "lost"), INTERRUPTED_RESTART);
     let msgs = consistent_memory(&agent).await;
     assert_eq!(stored(&msgs, "lost").2["tool_call"]["reason"], "restart");

@@ -407,7 +407,9 @@ async fn y1_every_request_pairs_each_call_with_one_result() {
     let (_, events) = driver.finish().await;
     check_all(&run.agent, &events).await;
     fake.push(Reply::text("all good"));
-    run.agent.reply(Msg::user("and now?")).await.unwrap();
+    within("the reply", run.agent.reply(Msg::user("and now?")))
+        .await
+        .unwrap();
     assert_eq!(
         fake.request_count(),
         4,

@@ -3,7 +3,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use agentry::agent::{AgentError, AgentEvent, ReplyRun};
 use agentry::message::Msg;
@@ -35,8 +34,6 @@ pub struct ProbeArgs {
     pub register_twice: bool,
     /// Register then clear (X3).
     pub clear: bool,
-    /// Ignore everything and keep ticking every 5 ms (X14).
-    pub tick_forever: bool,
     /// Send this many progress reports with id "p", then one without id.
     pub reports: usize,
     /// Fail with this error instead of returning.
@@ -51,8 +48,6 @@ pub struct ProbeState {
     pub runs: AtomicUsize,
     pub on_cancel_runs: AtomicUsize,
     pub on_cancel_saw_cancelled: AtomicBool,
-    pub ticks: AtomicUsize,
-    pub dropped: AtomicBool,
     pub user_actions: Mutex<Vec<Option<agentry::tool::UserAction>>>,
     /// The call ids whose `on_cancel` ran, in order.
     pub on_cancel_calls: Mutex<Vec<String>>,
@@ -90,14 +85,6 @@ impl Default for Probe {
     }
 }
 
-struct DropFlag(Arc<ProbeState>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.dropped.store(true, Ordering::SeqCst);
-    }
-}
-
 impl Probe {
     pub fn new() -> Self {
         let (tx, rx) = watch::channel(0);
@@ -106,8 +93,6 @@ impl Probe {
             runs: AtomicUsize::new(0),
             on_cancel_runs: AtomicUsize::new(0),
             on_cancel_saw_cancelled: AtomicBool::new(false),
-            ticks: AtomicUsize::new(0),
-            dropped: AtomicBool::new(false),
             user_actions: Mutex::new(Vec::new()),
             on_cancel_calls: Mutex::new(Vec::new()),
             callbacks_released: Mutex::new(Vec::new()),
@@ -271,17 +256,6 @@ fn body(state: Arc<ProbeState>, args: ProbeArgs, ctx: ToolContext) -> ToolStream
     }
     if let Some(tx) = state.started.lock().unwrap().as_ref() {
         tx.send_modify(|n| *n += 1);
-    }
-    if args.tick_forever {
-        let flag = DropFlag(Arc::clone(&state));
-        return futures::stream::once(async move {
-            let _flag = flag;
-            loop {
-                state.ticks.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .boxed();
     }
     if let Some(late) = args.late {
         return late_output(state, ctx, late);
