@@ -578,7 +578,7 @@ async fn a15_nobody_to_decide_or_no_decision_in_time_declines() {
     // No listener at all: declined at once, fail-closed.
     let (fake, toolkit, probe) = setup(vec![call("g", "guarded", json!({}))], guarded()).await;
     let agent = new_agent(&fake, toolkit);
-    agent.reply(Msg::user("go")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("go"))).await.unwrap();
     assert_eq!(
         stored(&consistent_memory(&agent).await, "g").0,
         declined_text(Some("no decision"))
@@ -608,7 +608,9 @@ async fn a15_nobody_to_decide_or_no_decision_in_time_declines() {
     driver.wait_for("asked", asked("g")).await;
     drop(driver);
     // The next reply waits for the dropped one to end; it uses the unconsumed scripted answer.
-    agent.reply(Msg::user("still there?")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("still there?")))
+        .await
+        .unwrap();
     let memory = consistent_memory(&agent).await;
     assert_eq!(stored(&memory, "g").0, declined_text(Some("no decision")));
     assert_eq!(stored(&memory, "g").2["tool_call"]["decision"], "no_decision");
@@ -665,23 +667,40 @@ async fn a17_calls_without_approval_do_not_wait_in_parallel_and_queue_in_order_o
     fake.assert_no_violations();
 }
 
-#[tokio::test]
+/// A18 on a paused clock (the model is in-process): the call waits a whole virtual minute for
+/// its approval, far past its 40 ms timeout, then runs 30 ms and completes. Counting the wait
+/// would have timed it out at once.
+#[tokio::test(start_paused = true)]
 async fn a18_time_waiting_for_approval_does_not_count_toward_the_timeout() {
-    let (fake, toolkit, probe) = setup(
-        vec![call("g", "guarded", json!({}))],
-        guarded().timeout(Duration::from_millis(40)),
-    )
-    .await;
-    let agent = new_agent(&fake, toolkit);
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(
+            probe.tool("guarded"),
+            guarded().timeout(Duration::from_millis(40)),
+        )
+        .unwrap();
+    let model = common::scripted::ScriptedModel::new();
+    model.push_calls(&[("g", "guarded", json!({"wait": true}))]);
+    model.push_text("after the tools");
+    let agent = ReActAgent::builder()
+        .name("Friday")
+        .model(model.clone())
+        .toolkit(toolkit)
+        .build()
+        .unwrap();
     let handle = agent.handle();
     let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
     driver.wait_for("asked", asked("g")).await;
-    // Longer than the timeout: it must not be running while the request is pending.
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::advance(Duration::from_secs(60)).await;
     handle.decide("g", ApprovalDecision::Approve).unwrap();
+    probe.started(1).await;
+    tokio::time::advance(Duration::from_millis(30)).await;
+    probe.release();
     let (_, events) = driver.finish().await;
     check_all(&agent, &events).await;
     assert_eq!(state_of(&events, "g"), ToolCallState::Completed);
+    assert_eq!(model.result(1, "g").text(), "FINAL");
     assert_eq!(probe.runs(), 1);
-    fake.assert_no_violations();
+    model.assert_no_violations();
 }

@@ -6,22 +6,27 @@
 
 mod common;
 
+// The statements with longer proofs, one module per part of the spec.
+#[path = "cancellation/execution.rs"]
+mod execution;
+#[path = "cancellation/state.rs"]
+mod state;
+#[path = "cancellation/stops.rs"]
+mod stops;
+#[path = "cancellation/terminal.rs"]
+mod terminal;
+
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentry::agent::{
-    AgentEvent, AgentHook, CancelTarget, HookContext, REPLY_INTERRUPTED_NOTE, ReActAgent, StopReason,
-};
+use agentry::agent::{AgentEvent, CancelTarget, REPLY_INTERRUPTED_NOTE, ReActAgent, StopReason};
 use agentry::memory::{InMemoryMemory, Memory};
-use agentry::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
+use agentry::message::{ContentBlock, Msg, Role, ToolUseBlock};
 use agentry::tool::{
     CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, DECLINED,
-    FunctionTool, INTERRUPTED_RESTART, ToolCallState, ToolContext, ToolOptions, Toolkit, declined_text,
-    timed_out_text,
+    INTERRUPTED_RESTART, ToolCallState, ToolOptions, Toolkit, declined_text, timed_out_text,
 };
 use agentry_testkit::{Call, FakeLlm, Gate, Reply};
-use async_trait::async_trait;
 use common::probe::{Driver, Probe, finished};
 use common::*;
 use serde_json::{Value, json};
@@ -358,136 +363,6 @@ async fn x10_on_cancel_over_budget_or_panicking_gives_the_standard_result() {
 }
 
 #[tokio::test]
-async fn x14_l3_a_body_ignoring_the_token_is_dropped_after_the_grace() {
-    let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([probe_call(
-        "c",
-        json!({"tick_forever": true}),
-    )]));
-    fake.push(Reply::text("after the tools"));
-    let probe = Probe::new();
-    let toolkit = Toolkit::new();
-    toolkit.register(probe.tool("probe")).unwrap();
-    let agent = builder(&fake, true, toolkit)
-        .cancel_grace(Duration::from_millis(100))
-        .build()
-        .unwrap();
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
-    probe.started(1).await;
-    handle.cancel_call("c");
-    // L3: the result is recorded without the body's cooperation.
-    let (_, events) = driver.finish().await;
-    let memory = check_all(&agent, &events).await;
-    assert_eq!(stored(&memory, "c").0, CANCELLED_RUNNING);
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !probe.state.dropped.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the body is dropped after the grace");
-    let ticks = probe.state.ticks.load(Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(
-        probe.state.ticks.load(Ordering::SeqCst),
-        ticks,
-        "a dropped body makes no progress"
-    );
-    fake.assert_no_violations();
-}
-
-#[tokio::test]
-async fn x1_l2_is_cancelled_turns_true_at_the_cancel_and_is_seen_on_other_threads() {
-    let slot: Arc<Mutex<Option<ToolContext>>> = Arc::default();
-    let keep = Arc::clone(&slot);
-    let started = Arc::new(tokio::sync::Notify::new());
-    let signal = Arc::clone(&started);
-    let toolkit = Toolkit::new();
-    toolkit
-        .register(FunctionTool::new(
-            "hold",
-            "Holds its context.",
-            json!({"type": "object"}),
-            move |_, ctx| {
-                assert!(!ctx.is_cancelled(), "false when the body starts (X1)");
-                *keep.lock().unwrap() = Some(ctx.clone());
-                signal.notify_one();
-                agentry::tool::once(async move {
-                    ctx.cancelled().await;
-                    "stopped"
-                })
-            },
-        ))
-        .unwrap();
-    let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([Call::new("c", "hold", "{}")]));
-    fake.push(Reply::text("after the tools"));
-    let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
-    started.notified().await;
-    let ctx = slot.lock().unwrap().clone().unwrap();
-    let (go, wait) = std::sync::mpsc::channel::<()>();
-    let observer = std::thread::spawn(move || {
-        wait.recv().unwrap();
-        ctx.is_cancelled()
-    });
-    assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
-    go.send(()).unwrap();
-    assert!(
-        observer.join().unwrap(),
-        "visible on another thread once cancel_call returned (L2)"
-    );
-    let (_, events) = driver.finish().await;
-    check_all(&agent, &events).await;
-    let ctx = slot.lock().unwrap().clone().unwrap();
-    assert!(
-        ctx.is_cancelled() && ctx.cancellation_token().is_cancelled(),
-        "it never returns to false"
-    );
-    fake.assert_no_violations();
-}
-
-#[tokio::test]
-async fn x2_on_cancel_registered_after_the_call_ended_has_no_effect() {
-    let slot: Arc<Mutex<Option<ToolContext>>> = Arc::default();
-    let keep = Arc::clone(&slot);
-    let toolkit = Toolkit::new();
-    toolkit
-        .register(FunctionTool::new(
-            "quick",
-            "Returns at once.",
-            json!({"type": "object"}),
-            move |_, ctx| {
-                *keep.lock().unwrap() = Some(ctx);
-                agentry::tool::once(async { "done" })
-            },
-        ))
-        .unwrap();
-    let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([Call::new("c", "quick", "{}")]));
-    fake.push(Reply::text("after the tools"));
-    let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    agent.reply(Msg::user("go")).await.unwrap();
-    let invoked = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = Arc::clone(&invoked);
-    let ctx = slot.lock().unwrap().clone().unwrap();
-    ctx.set_on_cancel(move || {
-        flag.store(true, Ordering::SeqCst);
-        Some("too late".into())
-    });
-    assert_eq!(
-        handle.cancel_call("c"),
-        CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))
-    );
-    assert!(!invoked.load(Ordering::SeqCst));
-    assert_eq!(stored(&consistent_memory(&agent).await, "c").0, "done");
-    fake.assert_no_violations();
-}
-
-#[tokio::test]
 async fn c1_cancel_returns_without_awaiting_on_cancel() {
     let (fake, agent, probe) = setup(
         vec![probe_call("c", json!({"wait": true, "block_on_cancel": true}))],
@@ -564,7 +439,7 @@ async fn c3_c4_c5_cancelling_finished_or_unknown_calls_changes_nothing() {
         "no reply runs (C5)"
     );
     let mut events = agent.subscribe();
-    agent.reply(Msg::user("go")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("go"))).await.unwrap();
     let events = drain(&mut events);
     let before = check_all(&agent, &events).await;
     assert_eq!(
@@ -736,7 +611,7 @@ async fn r2_r4_r5_cancel_reply_stops_every_call_in_its_phase_and_no_model_reques
     // R5: the next reply's first request carries the note right after the interrupted reply.
     fake.assert_no_violations();
     fake.push(Reply::text("fresh answer"));
-    let next = agent.reply(Msg::user("again")).await;
+    let next = within("the reply", agent.reply(Msg::user("again"))).await;
     // The scripted "after the tools" was never consumed, so it answers this request.
     assert_eq!(next.unwrap().text().as_deref(), Some("after the tools"));
     let messages = wire_messages(&fake, 1);
@@ -775,7 +650,7 @@ async fn r3_cancel_while_the_model_streams_keeps_the_text_and_the_complete_calls
     let agent = agent(&fake, true, toolkit);
     let handle = agent.handle();
     let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
-    gate.reached().await;
+    within("the stream pauses", gate.reached()).await;
     driver
         .wait_for(
             "both calls streaming",
@@ -808,127 +683,10 @@ async fn r3_cancel_while_the_model_streams_keeps_the_text_and_the_complete_calls
     );
     assert_eq!(fake.request_count(), 1);
     gate.open();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while fake.disconnects() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    until("the stream was dropped", Duration::from_millis(5), || {
+        fake.disconnects() > 0
     })
-    .await
-    .expect("the stream was dropped");
-    fake.assert_no_violations();
-}
-
-/// Records the state every post-acting hook sees.
-struct StateRecorder(Arc<Mutex<Vec<(String, ToolCallState)>>>);
-
-#[async_trait]
-impl AgentHook for StateRecorder {
-    async fn post_acting(
-        &self,
-        _: &HookContext,
-        call: &ToolUseBlock,
-        state: &ToolCallState,
-        _: &mut ToolResultBlock,
-    ) {
-        self.0.lock().unwrap().push((call.id.clone(), state.clone()));
-    }
-}
-
-#[tokio::test]
-async fn r7_y2_y3_every_terminal_state_runs_post_acting_and_maps_to_its_result() {
-    let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([
-        probe_call("done", json!({})),
-        probe_call("failed", json!({"fail": "boom"})),
-        Call::new("declined", "guarded", "{}"),
-        Call::new("timed", "slow", r#"{"wait": true, "partial": "half"}"#),
-        probe_call("cancelled", json!({"wait": true})),
-        probe_call("queued", json!({})),
-    ]));
-    fake.push(Reply::text("after the tools"));
-    let probe = Probe::new();
-    let toolkit = Toolkit::new();
-    toolkit.register(probe.tool("probe")).unwrap();
-    toolkit
-        .register_with(
-            Probe::new().tool("guarded"),
-            ToolOptions::new().require_approval(true),
-        )
-        .unwrap();
-    toolkit
-        .register_with(
-            Probe::new().tool("slow"),
-            ToolOptions::new().timeout(Duration::from_millis(50)),
-        )
-        .unwrap();
-    let states = Arc::new(Mutex::new(Vec::new()));
-    let agent = builder(&fake, true, toolkit)
-        .hook("states", StateRecorder(Arc::clone(&states)))
-        .build()
-        .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
-    driver
-        .wait_for("approval asked", common::probe::asked("declined"))
-        .await;
-    handle
-        .decide(
-            "declined",
-            agentry::tool::ApprovalDecision::Decline {
-                reason: Some("not now".into()),
-            },
-        )
-        .unwrap();
-    probe.started(3).await;
-    handle.cancel_call("cancelled");
-    let (_, events) = driver.finish().await;
-    let memory = check_all(&agent, &events).await;
-
-    let expected = [
-        ("done", ToolCallState::Completed, "FINAL".to_owned(), false),
-        ("failed", ToolCallState::Failed, "Error: boom".to_owned(), true),
-        (
-            "declined",
-            ToolCallState::Declined {
-                reason: Some("not now".into()),
-            },
-            declined_text(Some("not now")),
-            true,
-        ),
-        (
-            "timed",
-            ToolCallState::TimedOut { partial: true },
-            timed_out_text(Duration::from_millis(50), Some("half")),
-            true,
-        ),
-        (
-            "cancelled",
-            cancelled_running(false, CancelReason::User),
-            CANCELLED_RUNNING.to_owned(),
-            true,
-        ),
-        ("queued", ToolCallState::Completed, "FINAL".to_owned(), false),
-    ];
-    for (id, state, text, is_error) in &expected {
-        assert_eq!(&state_of(&events, id), state, "{id}");
-        let (stored_text, stored_error, metadata) = stored(&memory, id);
-        assert_eq!(&stored_text, text, "{id}");
-        assert_eq!(stored_error, *is_error, "{id}");
-        // Y3: the stored record says how the call ended, and when.
-        let record = &metadata["tool_call"];
-        assert_eq!(record["state"], state.name(), "{id}");
-        assert!(record["started_at"].is_string() && record["finished_at"].is_string());
-    }
-    assert_eq!(stored(&memory, "cancelled").2["tool_call"]["phase"], "running");
-    assert_eq!(stored(&memory, "cancelled").2["tool_call"]["reason"], "user");
-    assert_eq!(stored(&memory, "timed").2["tool_call"]["partial"], true);
-    assert_eq!(stored(&memory, "declined").2["tool_call"]["decision"], "user");
-    let seen: Vec<String> = states.lock().unwrap().iter().map(|(id, _)| id.clone()).collect();
-    assert_eq!(
-        seen,
-        ["done", "failed", "declined", "timed", "cancelled", "queued"],
-        "R7"
-    );
+    .await;
     fake.assert_no_violations();
 }
 
@@ -964,94 +722,7 @@ async fn t1_t2_a_timed_out_call_is_stopped_and_the_reply_goes_on() {
     fake.assert_no_violations();
 }
 
-#[tokio::test]
-async fn t3_a_cancel_committed_first_is_not_turned_into_a_timeout() {
-    let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([Call::new(
-        "t",
-        "slow",
-        r#"{"wait": true, "block_on_cancel": true}"#,
-    )]));
-    fake.push(Reply::text("after the tools"));
-    let probe = Probe::new();
-    let toolkit = Toolkit::new();
-    toolkit
-        .register_with(
-            probe.tool("slow"),
-            ToolOptions::new().timeout(Duration::from_millis(40)),
-        )
-        .unwrap();
-    // The blocked on_cancel keeps the call stopping well past its timeout.
-    let agent = builder(&fake, true, toolkit)
-        .on_cancel_budget(Duration::from_millis(150))
-        .build()
-        .unwrap();
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
-    probe.started(1).await;
-    assert_eq!(handle.cancel_call("t"), CancelOutcome::Cancelled);
-    let (_, events) = driver.finish().await;
-    probe.unblock_on_cancel();
-    assert_eq!(
-        state_of(&events, "t"),
-        cancelled_running(false, CancelReason::User)
-    );
-    check_all(&agent, &events).await;
-    fake.assert_no_violations();
-}
-
 /// S2: completion and cancel released together, 1 000 times: exactly one of them wins, once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s2_s1_complete_vs_cancel_race_has_one_winner_1000_times() {
-    let barrier = Arc::new(tokio::sync::Barrier::new(2));
-    let tool_barrier = Arc::clone(&barrier);
-    let toolkit = Toolkit::new();
-    toolkit
-        .register(FunctionTool::new(
-            "race",
-            "Returns when released.",
-            json!({"type": "object"}),
-            move |_, _| {
-                let barrier = Arc::clone(&tool_barrier);
-                agentry::tool::once(async move {
-                    barrier.wait().await;
-                    "FINAL"
-                })
-            },
-        ))
-        .unwrap();
-    let fake = FakeLlm::start().await;
-    let agent = agent(&fake, false, toolkit);
-    let handle = agent.handle();
-    let (mut completed, mut cancelled) = (0, 0);
-    for i in 0..1000 {
-        let id = format!("r{i}");
-        fake.push(Reply::tool_calls([Call::new(&id, "race", "{}")]));
-        fake.push(Reply::text("done"));
-        let driver = Driver::new(agent.start_reply(Msg::user("go")));
-        barrier.wait().await;
-        let outcome = handle.cancel_call(&id);
-        let (_, events) = driver.finish().await;
-        let memory = check_all(&agent, &events).await;
-        let (text, _, _) = stored(&memory, &id);
-        match (state_of(&events, &id), outcome) {
-            (ToolCallState::Completed, CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))) => {
-                assert_eq!(text, "FINAL");
-                completed += 1;
-            }
-            (ToolCallState::Cancelled { .. }, CancelOutcome::Cancelled) => {
-                assert_eq!(text, CANCELLED_RUNNING);
-                cancelled += 1;
-            }
-            (state, outcome) => panic!("iteration {i}: state {state:?} with outcome {outcome:?}"),
-        }
-        agent.memory().clear().await.unwrap();
-    }
-    eprintln!("s2: completed {completed}, cancelled {cancelled}");
-    assert_eq!(completed + cancelled, 1000);
-    fake.assert_no_violations();
-}
-
 #[tokio::test]
 async fn y4_a_dangling_call_in_memory_is_closed_before_the_first_request() {
     let memory = InMemoryMemory::new();
@@ -1077,7 +748,9 @@ async fn y4_a_dangling_call_in_memory_is_closed_before_the_first_request() {
         .memory(memory)
         .build()
         .unwrap();
-    agent.reply(Msg::user("hello again")).await.unwrap();
+    within("the reply", agent.reply(Msg::user("hello again")))
+        .await
+        .unwrap();
     assert_eq!(tool_message(&fake, 0, "lost"), INTERRUPTED_RESTART);
     let msgs = consistent_memory(&agent).await;
     assert_eq!(stored(&msgs, "lost").2["tool_call"]["reason"], "restart");

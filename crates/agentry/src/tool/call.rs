@@ -431,6 +431,11 @@ impl CallRecord {
     }
 }
 
+// The property and race tests of the state machine (S1, S2, X2, X4).
+#[cfg(test)]
+#[path = "call_props.rs"]
+mod props;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,7 @@ mod call;
 mod context;
 mod function;
 mod meta;
+mod process;
 mod registry;
 mod response;
 mod runner;
@@ -54,6 +55,7 @@ pub(crate) use context::ProgressFn;
 pub use context::{DEFAULT_CANCEL_GRACE, ToolContext};
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
+pub use process::{ToolProcess, spawn_process};
 pub use response::ToolResponse;
 pub use schema::schema_for;
 /// Re-exported so callers can build a [`ToolContext`] without depending on tokio-util.

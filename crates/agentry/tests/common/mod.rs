@@ -3,6 +3,7 @@
 
 pub mod peers;
 pub mod probe;
+pub mod scripted;
 
 use std::time::Duration;
 
@@ -13,6 +14,39 @@ use agentry::model::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
 use agentry::tool::Toolkit;
 use agentry_testkit::FakeLlm;
 use serde_json::Value;
+
+/// How long any single wait of a test may take before the test fails instead of hanging.
+pub const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Awaits `fut`, failing the test if it takes longer than [`DEADLINE`]: a broken behaviour
+/// fails the test instead of hanging it.
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(DEADLINE, fut).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what}: not within {DEADLINE:?}"),
+    }
+}
+
+/// Waits until `condition` holds, checking it after each `tick` (for state only a poll can see,
+/// such as a process table), failing the test after [`DEADLINE`].
+pub async fn until(what: &str, tick: Duration, condition: impl Fn() -> bool) {
+    within(what, async {
+        while !condition() {
+            tokio::time::sleep(tick).await;
+        }
+    })
+    .await;
+}
+
+/// Whether process `pid` no longer runs: no such process, or a zombie nobody reaped yet.
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
 
 /// Fast retries so retry tests take milliseconds.
 pub fn fast_retry() -> RetryPolicy {

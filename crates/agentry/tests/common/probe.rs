@@ -3,7 +3,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use agentry::agent::{AgentError, AgentEvent, ReplyRun};
 use agentry::message::Msg;
@@ -35,12 +34,13 @@ pub struct ProbeArgs {
     pub register_twice: bool,
     /// Register then clear (X3).
     pub clear: bool,
-    /// Ignore everything and keep ticking every 5 ms (X14).
-    pub tick_forever: bool,
     /// Send this many progress reports with id "p", then one without id.
     pub reports: usize,
     /// Fail with this error instead of returning.
     pub fail: Option<String>,
+    /// Wait for the cancel, then produce this anyway (X11): "chunk" (a chunk, then the final
+    /// result), "report", "err" or "panic". `ProbeState::late_done` counts those that did.
+    pub late: Option<String>,
 }
 
 /// Counters and gates shared by every call of a probe.
@@ -48,10 +48,16 @@ pub struct ProbeState {
     pub runs: AtomicUsize,
     pub on_cancel_runs: AtomicUsize,
     pub on_cancel_saw_cancelled: AtomicBool,
-    pub ticks: AtomicUsize,
-    pub dropped: AtomicBool,
     pub user_actions: Mutex<Vec<Option<agentry::tool::UserAction>>>,
+    /// The call ids whose `on_cancel` ran, in order.
+    pub on_cancel_calls: Mutex<Vec<String>>,
+    /// The call ids whose registered callbacks were dropped (run, replaced, or cleared away).
+    pub callbacks_released: Mutex<Vec<String>>,
+    /// Whether `is_cancelled()` was false when each body started (X1), by call id.
+    pub cancelled_at_start: Mutex<Vec<(String, bool)>>,
     started: Mutex<Option<watch::Sender<usize>>>,
+    on_cancel_entered: watch::Sender<usize>,
+    late_done: watch::Sender<usize>,
     release: Semaphore,
     unblock: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     unblock_rx: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
@@ -64,17 +70,18 @@ pub struct Probe {
     started_rx: watch::Receiver<usize>,
 }
 
-impl Default for Probe {
-    fn default() -> Self {
-        Probe::new()
+/// Notes, when dropped, that the callback holding it is gone.
+struct Released(Arc<ProbeState>, String);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.callbacks_released.lock().unwrap().push(self.1.clone());
     }
 }
 
-struct DropFlag(Arc<ProbeState>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.dropped.store(true, Ordering::SeqCst);
+impl Default for Probe {
+    fn default() -> Self {
+        Probe::new()
     }
 }
 
@@ -86,10 +93,13 @@ impl Probe {
             runs: AtomicUsize::new(0),
             on_cancel_runs: AtomicUsize::new(0),
             on_cancel_saw_cancelled: AtomicBool::new(false),
-            ticks: AtomicUsize::new(0),
-            dropped: AtomicBool::new(false),
             user_actions: Mutex::new(Vec::new()),
+            on_cancel_calls: Mutex::new(Vec::new()),
+            callbacks_released: Mutex::new(Vec::new()),
+            cancelled_at_start: Mutex::new(Vec::new()),
             started: Mutex::new(Some(tx)),
+            on_cancel_entered: watch::channel(0).0,
+            late_done: watch::channel(0).0,
             release: Semaphore::new(0),
             unblock: Mutex::new(Some(unblock_tx)),
             unblock_rx: Mutex::new(Some(unblock_rx)),
@@ -103,10 +113,33 @@ impl Probe {
     /// Waits until `n` bodies started (and registered their `on_cancel`).
     pub async fn started(&self, n: usize) {
         let mut rx = self.started_rx.clone();
-        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| *s >= n))
+        super::within(&format!("{n} probe bodies started"), rx.wait_for(|s| *s >= n))
             .await
-            .expect("the probe did not start in time")
             .unwrap();
+    }
+
+    /// Waits until `n` `on_cancel` callbacks were entered (they may still be running).
+    pub async fn on_cancel_entered(&self, n: usize) {
+        let mut rx = self.state.on_cancel_entered.subscribe();
+        super::within(&format!("{n} on_cancel entered"), rx.wait_for(|s| *s >= n))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until `n` bodies produced their `late` output after the cancel.
+    pub async fn late_done(&self, n: usize) {
+        let mut rx = self.state.late_done.subscribe();
+        super::within(&format!("{n} late outputs produced"), rx.wait_for(|s| *s >= n))
+            .await
+            .unwrap();
+    }
+
+    pub fn on_cancel_calls(&self) -> Vec<String> {
+        self.state.on_cancel_calls.lock().unwrap().clone()
+    }
+
+    pub fn callbacks_released(&self) -> Vec<String> {
+        self.state.callbacks_released.lock().unwrap().clone()
     }
 
     /// Lets one waiting body return.
@@ -145,13 +178,21 @@ impl Probe {
 
 fn register(state: &Arc<ProbeState>, args: &ProbeArgs, ctx: &ToolContext) {
     let counting = |state: &Arc<ProbeState>, ctx: &ToolContext| {
+        let released = Released(Arc::clone(state), ctx.call_id().to_owned());
         let state = Arc::clone(state);
         let ctx = ctx.clone();
         move || {
+            let _released = released;
             state.on_cancel_runs.fetch_add(1, Ordering::SeqCst);
+            state
+                .on_cancel_calls
+                .lock()
+                .unwrap()
+                .push(ctx.call_id().to_owned());
             state
                 .on_cancel_saw_cancelled
                 .store(ctx.is_cancelled(), Ordering::SeqCst);
+            state.on_cancel_entered.send_modify(|n| *n += 1);
         }
     };
     if args.register_twice {
@@ -200,6 +241,11 @@ fn register(state: &Arc<ProbeState>, args: &ProbeArgs, ctx: &ToolContext) {
 
 fn body(state: Arc<ProbeState>, args: ProbeArgs, ctx: ToolContext) -> ToolStream {
     state.runs.fetch_add(1, Ordering::SeqCst);
+    state
+        .cancelled_at_start
+        .lock()
+        .unwrap()
+        .push((ctx.call_id().to_owned(), ctx.is_cancelled()));
     state.user_actions.lock().unwrap().push(ctx.user_action());
     register(&state, &args, &ctx);
     for _ in 0..args.reports {
@@ -211,16 +257,8 @@ fn body(state: Arc<ProbeState>, args: ProbeArgs, ctx: ToolContext) -> ToolStream
     if let Some(tx) = state.started.lock().unwrap().as_ref() {
         tx.send_modify(|n| *n += 1);
     }
-    if args.tick_forever {
-        let flag = DropFlag(Arc::clone(&state));
-        return futures::stream::once(async move {
-            let _flag = flag;
-            loop {
-                state.ticks.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .boxed();
+    if let Some(late) = args.late {
+        return late_output(state, ctx, late);
     }
     let chunks: Vec<_> = args
         .chunks
@@ -243,6 +281,32 @@ fn body(state: Arc<ProbeState>, args: ProbeArgs, ctx: ToolContext) -> ToolStream
         .boxed()
 }
 
+/// Waits for the cancel, then produces `late` anyway; counts it in `late_done` just before the
+/// last thing it produces.
+fn late_output(state: Arc<ProbeState>, ctx: ToolContext, late: String) -> ToolStream {
+    let done = move || state.late_done.send_modify(|n| *n += 1);
+    futures::stream::once(async move {
+        ctx.cancelled().await;
+        ctx.report("LATE REPORT", Some("late"));
+        ctx.report("LATE REPORT", None);
+        (ctx, late)
+    })
+    .flat_map(move |(ctx, late)| {
+        let done = done.clone();
+        let last = futures::stream::once(async move {
+            done();
+            drop(ctx);
+            match late.as_str() {
+                "err" => Err(agentry::tool::ToolError::msg("LATE ERROR")),
+                "panic" => panic!("LATE PANIC"),
+                _ => Ok(ToolResponse::text("LATE RESULT")),
+            }
+        });
+        futures::stream::iter([Ok(ToolResponse::partial("LATE CHUNK"))]).chain(last)
+    })
+    .boxed()
+}
+
 /// A reply on its own task, read event by event while the test acts.
 pub struct Driver {
     pub run: ReplyRun,
@@ -260,7 +324,7 @@ impl Driver {
     /// Reads events until one matches.
     pub async fn wait_for(&mut self, what: &str, matches: impl Fn(&AgentEvent) -> bool) -> AgentEvent {
         loop {
-            let event = tokio::time::timeout(Duration::from_secs(20), self.run.next_event())
+            let event = tokio::time::timeout(super::DEADLINE, self.run.next_event())
                 .await
                 .unwrap_or_else(|_| panic!("no event {what} in time; seen: {:#?}", self.seen))
                 .unwrap_or_else(|| panic!("the reply ended before {what}; seen: {:#?}", self.seen));
@@ -273,14 +337,11 @@ impl Driver {
 
     /// Reads the remaining events, then the result.
     pub async fn finish(mut self) -> (Result<Msg, AgentError>, Vec<AgentEvent>) {
-        while let Some(event) = tokio::time::timeout(Duration::from_secs(20), self.run.next_event())
-            .await
-            .expect("the reply did not finish in time")
-        {
+        while let Some(event) = super::within("the reply's events end", self.run.next_event()).await {
             self.seen.push(event);
         }
         let seen = std::mem::take(&mut self.seen);
-        (self.run.finish().await, seen)
+        (super::within("the reply ends", self.run.finish()).await, seen)
     }
 }
 
