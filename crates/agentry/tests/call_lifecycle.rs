@@ -269,65 +269,6 @@ async fn x6_a_sequential_result_is_in_memory_when_it_is_announced() {
     record_then_announce(false).await;
 }
 
-/// Waits until `probe` has started `n` `on_cancel` callbacks.
-async fn on_cancel_started(probe: &Probe, n: usize) {
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while probe.on_cancel_runs() < n {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("on_cancel did not start in time");
-}
-
-/// Defect 5: a cancel arriving while a timed-out call's `on_cancel` runs claimed the call had
-/// ended `TimedOut { partial: false }`, whatever `on_cancel` then handed back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t3_a_cancel_after_the_timeout_does_not_guess_the_outcome() {
-    let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([call(
-        "c1",
-        "slow",
-        json!({"wait": true, "block_on_cancel": true}),
-    )]));
-    fake.push(Reply::text("done"));
-    let probe = Probe::new();
-    let toolkit = Toolkit::new();
-    // The timeout is what this test is about; nothing waits on it but the call itself.
-    toolkit
-        .register_with(
-            probe.tool("slow"),
-            ToolOptions::new().timeout(Duration::from_millis(20)),
-        )
-        .unwrap();
-    let agent = builder(&fake, true, toolkit)
-        .on_cancel_budget(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
-    on_cancel_started(&probe, 1).await;
-    let outcome = handle.cancel_call("c1");
-    probe.unblock_on_cancel();
-    let (reply, events) = driver.finish().await;
-    reply.unwrap();
-    let state = state_of(&events, "c1");
-    assert_eq!(state, ToolCallState::TimedOut { partial: true });
-    assert_eq!(
-        outcome,
-        CancelOutcome::AlreadyTimingOut,
-        "the cancel lost to the timeout, whose partial result was not known yet"
-    );
-    assert!(
-        !events
-            .iter()
-            .any(|e| matches!(e, AgentEvent::CancelRequested { .. })),
-        "a losing cancel is not announced"
-    );
-    check_all(&agent, &events).await;
-    fake.assert_no_violations();
-}
-
 /// Defect 7: the finished calls an agent remembers for `cancel_call` grew without bound.
 #[tokio::test]
 async fn finished_calls_are_remembered_up_to_a_bound() {

@@ -205,7 +205,6 @@ impl Memory for Watching {
 /// reloads history on the event finds it: sequentially, in a parallel batch (where a quick call
 /// ends while its sibling still runs), and for a cancelled call.
 #[tokio::test]
-#[ignore = "defect 3: fixed on main"]
 async fn x6_the_result_is_in_memory_before_tool_finished() {
     for parallel in [false, true] {
         let fake = FakeLlm::start().await;
