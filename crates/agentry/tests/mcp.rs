@@ -556,3 +556,45 @@ async fn a_server_that_pages_forever_is_refused_after_the_page_cap() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn mcp_tools_need_approval_unless_read_only_or_trusted() {
+    // server-everything annotates `echo` read-only and `toggle-simulated-logging` not.
+    let (client, toolkit, _) = registered(peers::everything(), McpToolOptions::new()).await;
+    assert!(
+        toolkit.policy("toggle-simulated-logging").require_approval,
+        "a tool that may write asks by default"
+    );
+    assert!(
+        !toolkit.policy("echo").require_approval,
+        "readOnlyHint: true skips approval"
+    );
+
+    let listed = Toolkit::new();
+    listed
+        .register_mcp_client(
+            &client,
+            McpToolOptions::new().trust_tools(["toggle-simulated-logging"]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !listed.policy("toggle-simulated-logging").require_approval,
+        "autoApprove skips it"
+    );
+    assert!(
+        listed.policy("gzip-file-as-resource").require_approval,
+        "only the listed tool"
+    );
+
+    let trusted = Toolkit::new();
+    trusted
+        .register_mcp_client(&client, McpToolOptions::new().trust(true))
+        .await
+        .unwrap();
+    assert!(
+        !trusted.policy("gzip-file-as-resource").require_approval,
+        "a trusted server"
+    );
+    client.close().await;
+}

@@ -125,6 +125,9 @@ pub struct McpToolInfo {
     pub description: String,
     /// JSON schema of the arguments.
     pub input_schema: serde_json::Value,
+    /// Whether the server annotates the tool `readOnlyHint: true` (a hint from the server: such
+    /// tools run without approval unless configured otherwise).
+    pub read_only: bool,
 }
 
 impl From<&RmcpTool> for McpToolInfo {
@@ -138,6 +141,11 @@ impl From<&RmcpTool> for McpToolInfo {
                 .or_else(|| tool.title.clone())
                 .unwrap_or_default(),
             input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            read_only: tool
+                .annotations
+                .as_ref()
+                .and_then(|a| a.read_only_hint)
+                .unwrap_or(false),
         }
     }
 }
