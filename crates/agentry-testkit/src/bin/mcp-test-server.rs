@@ -16,7 +16,8 @@
 //! running after its stdin closed; `--ignore-sigterm` survives SIGTERM; `--spawn-child` starts a
 //! `sleep` child in its process group. `--log FILE` appends `pid=…`, `child=…`, `call …`,
 //! `cancelled …` and `signal …` lines to FILE, so that tests see what the server lived through
-//! even when its stderr belongs to someone else.
+//! even when its stderr belongs to someone else. On stderr it says `tools/list`, `call …` and
+//! `notifications/cancelled …` for every such message, in the order they arrived.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::io::Write;
@@ -117,6 +118,7 @@ impl ServerHandler for TestServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        eprintln!("tools/list");
         if self.hang_list {
             eprintln!("tools/list will never be answered");
             std::future::pending::<()>().await;
@@ -140,10 +142,9 @@ impl ServerHandler for TestServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
-        log_line(
-            self.log.as_deref().map(|p| p.as_path()),
-            &format!("call {} request={:?}", request.name, context.id),
-        );
+        let line = format!("call {} request={:?}", request.name, context.id);
+        log_line(self.log.as_deref().map(|p| p.as_path()), &line);
+        eprintln!("{line}");
         match request.name.as_ref() {
             "echo" => text(args.get("text").and_then(Value::as_str).unwrap_or_default()),
             "slow" => {
@@ -242,7 +243,10 @@ fn watch_signals(log: Option<Arc<std::path::PathBuf>>, ignore_sigterm: bool) {
     });
 }
 
-#[tokio::main]
+// One thread: rmcp spawns a task per message, and on one thread they run in the order the
+// messages arrived, so a test that sees a later request logged knows every earlier
+// notification was handled (and logged) before it.
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--fail-start") {

@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     routes: Mutex<HashMap<String, mpsc::UnboundedSender<Progress>>>,
     /// The last lines the server wrote to stderr.
     stderr: Mutex<VecDeque<String>>,
+    /// `notifications/cancelled` handed to the transport.
+    cancels: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -283,6 +285,23 @@ impl McpClient {
     /// The last lines the server wrote to stderr (stdio servers).
     pub fn stderr_tail(&self) -> Vec<String> {
         self.inner.shared.stderr().iter().cloned().collect()
+    }
+
+    /// How many `notifications/cancelled` this client has put in its transport's outgoing
+    /// queue (for tests and diagnostics: the count grows before the agent records the
+    /// cancelled result, spec L4).
+    pub fn cancel_notifications(&self) -> u64 {
+        self.inner
+            .shared
+            .cancels
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn count_cancel_notification(&self) {
+        self.inner
+            .shared
+            .cancels
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Changes each time the server says its tool list changed.
