@@ -65,5 +65,7 @@ fn main() -> ExitCode {
     });
     // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // Backstop: stdio MCP servers a path did not close (their process groups) do not outlive us.
+    agentry::mcp::kill_all_servers();
     code
 }
