@@ -36,8 +36,9 @@ enum Command {
 
 fn init_tracing() {
     // `AGENTRY_LOG=agentry=debug` for details; warnings (such as retries) are shown by default.
+    // rmcp's own logs dump transport internals for failures agentry reports in plain words.
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTRY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -64,5 +65,7 @@ fn main() -> ExitCode {
     });
     // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // Backstop: stdio MCP servers a path did not close (their process groups) do not outlive us.
+    agentry::mcp::kill_all_servers();
     code
 }

@@ -52,17 +52,11 @@ struct Started {
     tools: Vec<McpToolInfo>,
 }
 
-/// Starts one server and lists its tools; a server that cannot list them is stopped again,
-/// since it is of no use.
+/// Starts one server and lists its tools within its start-up limit; a server that cannot list
+/// them is stopped again, since it is of no use.
 async fn start(config: McpServerConfig) -> Result<Started, McpError> {
-    let client = McpClient::connect(config).await?;
-    match client.list_tools().await {
-        Ok(tools) => Ok(Started { client, tools }),
-        Err(e) => {
-            client.close().await;
-            Err(e)
-        }
-    }
+    let (client, tools) = McpClient::start(config).await?;
+    Ok(Started { client, tools })
 }
 
 /// Starts every server at once: a slow one does not delay the others.
@@ -104,15 +98,20 @@ impl McpServers {
         // Registered in the file's order once all are up, so that names do not depend on which
         // server answered first.
         for (config, result) in configs.iter().zip(start_all(configs).await) {
-            match result {
-                Ok(server) => started.register(server).await,
-                Err(e) => warn_unavailable(&config.name, &e),
+            let registered = match result {
+                Ok(server) => started.register(server).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = registered {
+                warn_unavailable(&config.name, &e);
             }
         }
         started
     }
 
-    async fn register(&mut self, server: Started) {
+    /// Registers a started server's tools; the names the agent sees them by, in the server's
+    /// order. A server that cannot be registered is closed.
+    async fn register(&mut self, server: Started) -> Result<Vec<String>, McpError> {
         let Started { client, tools } = server;
         let taken: BTreeSet<String> = self.toolkit.tool_names().into_iter().collect();
         let clashes: Vec<String> = tools
@@ -134,7 +133,7 @@ impl McpServers {
             prefix
         };
         let expected: BTreeSet<String> = tools.iter().map(|t| mcp_tool_name(&prefix, &t.name)).collect();
-        let options = McpToolOptions::new()
+        let options = McpToolOptions::for_server(client.config())
             .prefix(prefix)
             .namesake(NamesakeStrategy::Rename);
         match self.toolkit.register_mcp_tools(&client, &tools, options).await {
@@ -152,10 +151,11 @@ impl McpServers {
                     );
                 }
                 self.clients.push(client);
+                Ok(names)
             }
             Err(e) => {
-                warn_unavailable(client.name(), &e);
                 client.close().await;
+                Err(e)
             }
         }
     }
@@ -223,7 +223,17 @@ pub async fn mcp(args: McpArgs) -> ExitCode {
 /// One server as `mcp list` shows it.
 struct Listed {
     config: McpServerConfig,
-    result: Result<(McpStatus, Vec<McpToolInfo>), McpError>,
+    result: Result<(McpStatus, Vec<ListedTool>), McpError>,
+}
+
+/// A tool as the agent sees it.
+struct ListedTool {
+    /// The name the agent (and the model) calls it by.
+    name: String,
+    /// Its name on the server.
+    server_name: String,
+    description: String,
+    requires_approval: bool,
 }
 
 async fn list(args: ListArgs) -> ExitCode {
@@ -246,14 +256,36 @@ async fn list(args: ListArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    // Registered as `run` and `chat` do, next to the built-in tools, so that the names shown
+    // are the ones the agent sees (prefixed on a clash).
+    let toolkit = Toolkit::new();
+    let workdir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    if let Err(e) = crate::builtin::register_builtin_tools(&toolkit, &workdir) {
+        tracing::debug!("built-in tools not registered for the listing: {e:#}");
+    }
+    let mut servers = McpServers {
+        toolkit: toolkit.clone(),
+        ..McpServers::default()
+    };
     let mut listed = Vec::with_capacity(configs.len());
     for (config, result) in configs.iter().zip(start_all(&configs).await) {
         let result = match result {
-            Ok(Started { client, tools }) => {
-                // The status before closing: closing marks the client down.
-                let status = client.status();
-                client.close().await;
-                Ok((status, tools))
+            Ok(started) => {
+                let status = started.client.status();
+                let tools = started.tools.clone();
+                servers.register(started).await.map(|names| {
+                    let tools = tools
+                        .into_iter()
+                        .zip(names)
+                        .map(|(tool, name)| ListedTool {
+                            requires_approval: toolkit.policy(&name).require_approval,
+                            name,
+                            server_name: tool.name,
+                            description: tool.description,
+                        })
+                        .collect();
+                    (status, tools)
+                })
             }
             Err(e) => Err(e),
         };
@@ -262,6 +294,7 @@ async fn list(args: ListArgs) -> ExitCode {
             result,
         });
     }
+    servers.close().await;
     if args.json {
         let array: Vec<Value> = listed.iter().map(listed_json).collect();
         println!(
@@ -298,6 +331,25 @@ fn summary(description: &str) -> String {
     }
 }
 
+/// Server-chosen text for the terminal: control characters (escape sequences that could
+/// redraw the screen) are shown escaped, and at most 200 characters are kept.
+fn printable(text: &str) -> String {
+    const LIMIT: usize = 200;
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n == LIMIT {
+            out.push('…');
+            break;
+        }
+        if c.is_control() && c != '\n' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn print_listed(server: &Listed) {
     let name = &server.config.name;
     let transport = format!(
@@ -318,15 +370,14 @@ fn print_listed(server: &Listed) {
                 tools.len(),
                 if tools.len() == 1 { "" } else { "s" }
             );
-            let width = tools
-                .iter()
-                .map(|t| t.name.chars().count())
-                .max()
-                .unwrap_or(0)
-                .min(32);
-            for tool in tools {
-                let description = summary(&tool.description);
-                let line = format!("    {:width$}  {description}", tool.name);
+            let names: Vec<String> = tools.iter().map(|t| printable(&t.name)).collect();
+            let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0).min(32);
+            for (tool, name) in tools.iter().zip(&names) {
+                let mut description = summary(&printable(&tool.description));
+                if tool.requires_approval {
+                    description = format!("[asks] {description}");
+                }
+                let line = format!("    {name:width$}  {description}");
                 println!("{}", line.trim_end());
             }
         }
@@ -358,7 +409,14 @@ fn listed_json(server: &Listed) -> Value {
             }
             entry["tools"] = tools
                 .iter()
-                .map(|t| json!({"name": t.name, "description": t.description}))
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "server_name": t.server_name,
+                        "description": t.description,
+                        "requires_approval": t.requires_approval,
+                    })
+                })
                 .collect();
         }
         Err(e) => {
@@ -375,6 +433,13 @@ fn listed_json(server: &Listed) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_text_is_printed_without_control_characters() {
+        assert_eq!(printable("evil\u{1b}[2Jname"), "evil\\u{1b}[2Jname");
+        assert_eq!(printable(&"x".repeat(5000)).chars().count(), 201);
+        assert_eq!(printable("two\nlines"), "two\nlines", "summary() keeps the first");
+    }
 
     #[test]
     fn summaries_keep_the_first_line_and_cut_long_ones() {

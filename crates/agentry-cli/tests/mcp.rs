@@ -381,3 +381,309 @@ async fn chat_uses_mcp_tools_across_prompts() {
     assert_eq!(results, ["The sum of 2 and 40 is 42.", "Echo: again"]);
     fake.assert_no_violations();
 }
+
+/// The rmcp-built test server of `agentry-testkit`, next to the `agentry` binary (built here if
+/// this test run did not build it).
+fn test_server(args: &[&str]) -> Value {
+    static BUILT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let bin = BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "agentry-testkit", "--bin", "mcp-test-server"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "cannot build mcp-test-server");
+        let dir = Path::new(env!("CARGO_BIN_EXE_agentry")).parent().unwrap();
+        dir.join("mcp-test-server").display().to_string()
+    });
+    json!({"command": bin, "args": args})
+}
+
+fn log_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits (10 s at most) for a log line starting with `prefix`; the rest of that line.
+async fn logged(path: &Path, prefix: &str) -> String {
+    let found = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            if let Some(rest) = log_lines(path).iter().find_map(|l| l.strip_prefix(prefix)) {
+                return rest.to_owned();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no {prefix:?} line in {:?}", log_lines(path)))
+}
+
+/// Whether the process runs (a zombie does not).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+async fn all_gone(pids: &[i32]) -> bool {
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while pids.iter().any(|p| running(*p)) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_ignores_stdin_close_is_gone_when_run_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let log_arg = log.display().to_string();
+    let config = write_config(
+        dir.path(),
+        json!({"stubborn": test_server(&["--ignore-stdin-close", "--spawn-child", "--log", &log_arg])}),
+    );
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("done"));
+    let out = agentry(
+        run_args(&fake.base_url(), dir.path(), &["--mcp-config", &config], "hi"),
+        dir.path(),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let server: i32 = logged(&log, "pid=").await.parse().unwrap();
+    let child: i32 = logged(&log, "child=").await.parse().unwrap();
+    assert!(
+        all_gone(&[server, child]).await,
+        "left running after agentry exited: server {} child {}; {:?}",
+        running(server),
+        running(child),
+        log_lines(&log)
+    );
+    assert!(log_lines(&log).contains(&"stdin closed; staying".to_owned()));
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_in_the_terminal_does_not_reach_stdio_servers() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let log_arg = log.display().to_string();
+    let config = write_config(
+        dir.path(),
+        json!({"test": test_server(&["--ignore-stdin-close", "--log", &log_arg])}),
+    );
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "c1",
+        "slow",
+        r#"{"seconds": 600}"#,
+    )]));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    command
+        .args(run_args(
+            &fake.base_url(),
+            dir.path(),
+            &["--mcp-config", &config],
+            "go",
+        ))
+        .env("XDG_CONFIG_HOME", dir.path().join(".config"))
+        .env("HOME", dir.path())
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        // Its own group, standing for the terminal's foreground group.
+        .process_group(0);
+    let child = command.spawn().unwrap();
+    let group = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    // The server runs the call: the reply is under way.
+    logged(&log, "call slow").await;
+    let server: i32 = logged(&log, "pid=").await.parse().unwrap();
+    // What the terminal does on Ctrl-C.
+    rustix::process::kill_process_group(group, rustix::process::Signal::INT).unwrap();
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()),
+    )
+    .await
+    .expect("agentry did not exit after Ctrl-C")
+    .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    let lines = log_lines(&log);
+    assert!(
+        !lines.contains(&"signal INT".to_owned()),
+        "the server got Ctrl-C: {lines:?}"
+    );
+    // It was still alive when agentry closed it (its group got SIGTERM), and it is gone now.
+    assert!(lines.contains(&"signal TERM".to_owned()), "{lines:?}");
+    assert!(all_gone(&[server]).await, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_that_may_write_asks_and_without_a_terminal_is_declined() {
+    // gzip-file-as-resource (readOnlyHint: false) fetches its `data` URL: a fetch from our
+    // listener shows it ran.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/file.txt",
+        listener.local_addr().unwrap().port()
+    );
+    let fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&fetches);
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = socket.read(&mut buf).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello")
+                .await;
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let gzip = |id: &str| {
+        Reply::tool_calls([Call::new(
+            id,
+            "gzip-file-as-resource",
+            json!({"name": "f.gz", "data": url}).to_string(),
+        )])
+    };
+
+    let config = write_config(dir.path(), json!({"everything": everything()}));
+    let fake = FakeLlm::start().await;
+    fake.push(gzip("c1"));
+    fake.push(Reply::text("ok"));
+    // `agentry()` runs the binary with stdin closed: nobody can answer.
+    let out = agentry(
+        run_args(&fake.base_url(), dir.path(), &["--mcp-config", &config], "zip it"),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("gzip-file-as-resource"),
+        "the question names the tool: {stderr}"
+    );
+    let result = tool_result(&fake.requests()[1].body, "c1");
+    assert!(result.starts_with(agentry::tool::DECLINED), "{result}");
+    assert_eq!(
+        fetches.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the declined call ran"
+    );
+    fake.assert_no_violations();
+
+    // The control: trusted in the configuration, the same call runs (and fetches).
+    let mut trusted = everything();
+    trusted["autoApprove"] = json!(["gzip-file-as-resource"]);
+    let config = write_config(dir.path(), json!({"everything": trusted}));
+    let fake = FakeLlm::start().await;
+    fake.push(gzip("c2"));
+    fake.push(Reply::text("ok"));
+    let out = agentry(
+        run_args(&fake.base_url(), dir.path(), &["--mcp-config", &config], "zip it"),
+        dir.path(),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let result = tool_result(&fake.requests()[1].body, "c2");
+    assert!(!result.starts_with(agentry::tool::DECLINED), "{result}");
+    assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1, "{result}");
+    fake.assert_no_violations();
+}
+
+/// The content of the tool result for `call_id` in a request body.
+fn tool_result(body: &Value, call_id: &str) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_else(|| panic!("no result for {call_id} in {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_list_shows_the_names_the_agent_sees() {
+    // server-filesystem's read_file clashes with the built-in one: the agent sees fs__read_file.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), json!({"fs": filesystem(dir.path())}));
+    let out = agentry(strings(&["mcp", "list", "--mcp-config", &config]), dir.path()).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let names: Vec<&str> = section(&stdout, "fs")
+        .iter()
+        .skip(3)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(names.contains(&"fs__read_file"), "{stdout}");
+    assert!(!names.contains(&"read_file"), "{stdout}");
+
+    let out = agentry(
+        strings(&["mcp", "list", "--json", "--mcp-config", &config]),
+        dir.path(),
+    )
+    .await;
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tools = listed[0]["tools"].as_array().unwrap();
+    let read = tools.iter().find(|t| t["server_name"] == "read_file").unwrap();
+    assert_eq!(read["name"], "fs__read_file");
+    assert_eq!(read["requires_approval"], false, "annotated read-only");
+    let write = tools.iter().find(|t| t["server_name"] == "write_file").unwrap();
+    assert_eq!(write["requires_approval"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_mistakes_and_unreachable_servers_get_plain_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let array = dir.path().join("array.json");
+    std::fs::write(&array, "[]").unwrap();
+    let out = agentry(
+        strings(&["mcp", "list", "--mcp-config", &array.display().to_string()]),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("expected a JSON object with an \"mcpServers\" key"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("struct") && !stderr.contains("ConfigFile"),
+        "{stderr}"
+    );
+
+    // Nothing listens on port 1: one clean warning, no dump of the HTTP client's internals.
+    let config = write_config(dir.path(), json!({"web": {"url": "http://127.0.0.1:1/mcp"}}));
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("fine"));
+    let out = agentry(
+        run_args(&fake.base_url(), dir.path(), &["--mcp-config", &config], "hi"),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("warning: MCP server \"web\" is not available: "),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("reqwest::Error") && !stderr.contains("ERROR"),
+        "{stderr}"
+    );
+}

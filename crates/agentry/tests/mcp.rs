@@ -378,3 +378,223 @@ async fn a_server_that_cannot_be_restarted_is_down_with_its_stderr() {
         client.status()
     );
 }
+
+/// Lines of the test server's `--log` file.
+fn log_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The value of the first `key=` line in the log, once it is there (10 s at most).
+async fn logged_pid(path: &std::path::Path, key: &str) -> i32 {
+    let prefix = format!("{key}=");
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(pid) = log_lines(path)
+                .iter()
+                .find_map(|l| l.strip_prefix(&prefix).and_then(|p| p.parse().ok()))
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no {key}= in {:?}", log_lines(path)))
+}
+
+/// Whether the process runs (a zombie waiting for its parent does not).
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits until none of `pids` runs; whether that happened within `limit`.
+async fn all_gone(pids: &[i32], limit: Duration) -> bool {
+    tokio::time::timeout(limit, async {
+        while pids.iter().any(|p| running(*p)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn close_kills_a_server_that_ignores_stdin_close_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let log_arg = log.display().to_string();
+    let client = McpClient::connect(peers::test_server(&[
+        "--ignore-stdin-close",
+        "--spawn-child",
+        "--log",
+        &log_arg,
+    ]))
+    .await
+    .unwrap();
+    let (server, child) = (logged_pid(&log, "pid").await, logged_pid(&log, "child").await);
+    assert!(running(server) && running(child));
+    client.close().await;
+    assert!(
+        all_gone(&[server, child], Duration::from_secs(5)).await,
+        "still running after close: server {} child {}; log {:?}",
+        running(server),
+        running(child),
+        log_lines(&log)
+    );
+    // It outlived its stdin: the group was killed, not merely left to exit.
+    assert!(
+        log_lines(&log).iter().any(|l| l == "stdin closed; staying"),
+        "{:?}",
+        log_lines(&log)
+    );
+}
+
+#[tokio::test]
+async fn close_kills_a_server_that_ignores_sigterm_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let log_arg = log.display().to_string();
+    let client = McpClient::connect(peers::test_server(&[
+        "--ignore-stdin-close",
+        "--ignore-sigterm",
+        "--log",
+        &log_arg,
+    ]))
+    .await
+    .unwrap();
+    let server = logged_pid(&log, "pid").await;
+    client.close().await;
+    assert!(
+        all_gone(&[server], Duration::from_secs(5)).await,
+        "{:?}",
+        log_lines(&log)
+    );
+    assert!(
+        log_lines(&log).iter().any(|l| l == "signal TERM"),
+        "SIGTERM came first: {:?}",
+        log_lines(&log)
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_stdio_server_runs_in_its_own_process_group() {
+    // The terminal sends Ctrl-C's SIGINT to its foreground process group (ours): a server in
+    // its own group does not get it.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let log_arg = log.display().to_string();
+    let client = McpClient::connect(peers::test_server(&["--log", &log_arg]))
+        .await
+        .unwrap();
+    let server = logged_pid(&log, "pid").await;
+    let pid = rustix::process::Pid::from_raw(server).unwrap();
+    let group = rustix::process::getpgid(Some(pid)).unwrap();
+    assert_eq!(group, pid, "the server leads its own group");
+    assert_ne!(group, rustix::process::getpgrp(), "not in our group");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_server_that_never_lists_its_tools_fails_within_the_startup_limit() {
+    let config = peers::test_server(&["--hang-list"]).startup_timeout(Duration::from_millis(500));
+    let listed = tokio::time::timeout(Duration::from_secs(20), async {
+        let client = McpClient::connect(config).await?;
+        let toolkit = Toolkit::new();
+        toolkit.register_mcp_client(&client, McpToolOptions::new()).await
+    })
+    .await
+    .expect("listing the tools hung past the start-up limit");
+    let err = listed.unwrap_err().to_string();
+    assert!(err.contains("tools/list") && err.contains("500ms"), "{err}");
+}
+
+#[tokio::test]
+async fn one_startup_limit_covers_the_handshake_and_the_listing() {
+    let config = peers::test_server(&["--hang-list"]).startup_timeout(Duration::from_millis(500));
+    let started = tokio::time::timeout(Duration::from_secs(20), McpClient::start(config))
+        .await
+        .expect("start hung past its limit");
+    let err = started.unwrap_err();
+    assert!(matches!(err, McpError::Start { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("did not list its tools within the start-up limit of 500ms"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tools/list will never be answered"),
+        "the stderr tail is shown: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_pages_forever_is_refused_after_the_page_cap() {
+    let config = peers::test_server(&["--endless-pages"]);
+    let listed = tokio::time::timeout(Duration::from_secs(20), async {
+        let client = McpClient::connect(config).await?;
+        client.list_tools().await
+    })
+    .await
+    .expect("paged forever");
+    let err = listed.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "did not end after {} pages",
+            agentry::mcp::MAX_TOOL_PAGES
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn mcp_tools_need_approval_unless_read_only_or_trusted() {
+    // server-everything annotates `echo` read-only and `toggle-simulated-logging` not.
+    let (client, toolkit, _) = registered(peers::everything(), McpToolOptions::new()).await;
+    assert!(
+        toolkit.policy("toggle-simulated-logging").require_approval,
+        "a tool that may write asks by default"
+    );
+    assert!(
+        !toolkit.policy("echo").require_approval,
+        "readOnlyHint: true skips approval"
+    );
+
+    let listed = Toolkit::new();
+    listed
+        .register_mcp_client(
+            &client,
+            McpToolOptions::new().trust_tools(["toggle-simulated-logging"]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !listed.policy("toggle-simulated-logging").require_approval,
+        "autoApprove skips it"
+    );
+    assert!(
+        listed.policy("gzip-file-as-resource").require_approval,
+        "only the listed tool"
+    );
+
+    let trusted = Toolkit::new();
+    trusted
+        .register_mcp_client(&client, McpToolOptions::new().trust(true))
+        .await
+        .unwrap();
+    assert!(
+        !trusted.policy("gzip-file-as-resource").require_approval,
+        "a trusted server"
+    );
+    client.close().await;
+}

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentry::agent::{AgentEvent, ReActAgent};
-use agentry::mcp::{McpClient, McpServerConfig, McpToolOptions};
+use agentry::mcp::{MCP_DEFAULT_TIMEOUT, MCP_MAX_TIMEOUT, McpClient, McpServerConfig, McpToolOptions};
 use agentry::message::Msg;
 use agentry::tool::{
     ApprovalDecision, CANCELLED_RUNNING, CancelOutcome, CancelPhase, CancelReason, DECLINED, FunctionTool,
@@ -77,33 +77,44 @@ fn progress_count(events: &[AgentEvent], call_id: &str) -> usize {
     events.iter().filter(|e| progress_of(call_id)(e)).count()
 }
 
-/// The test server's stderr lines about cancel notifications, once `expect` of them arrived
-/// (or after a while, to show that no more come).
-async fn cancel_lines(client: &McpClient, expect: usize) -> Vec<String> {
-    let lines = || -> Vec<String> {
-        client
-            .stderr_tail()
-            .into_iter()
-            .filter(|l| l.starts_with("notifications/cancelled"))
-            .collect()
-    };
-    for _ in 0..200 {
-        if lines().len() >= expect {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    lines()
+/// The test server's stderr lines that start with `prefix`.
+fn lines_starting(client: &McpClient, prefix: &str) -> Vec<String> {
+    client
+        .stderr_tail()
+        .into_iter()
+        .filter(|l| l.starts_with(prefix))
+        .collect()
 }
 
-async fn stderr_contains(client: &McpClient, needle: &str) -> bool {
-    for _ in 0..200 {
-        if client.stderr_tail().iter().any(|l| l.contains(needle)) {
-            return true;
+/// The test server's stderr lines about the cancel notifications it received.
+fn cancel_lines(client: &McpClient) -> Vec<String> {
+    lines_starting(client, "notifications/cancelled")
+}
+
+/// Waits (10 s at most) until `n` stderr lines of the test server start with `prefix`.
+///
+/// The test server handles messages on one thread in the order they arrived: once it logged a
+/// later request, every notification sent before that request is in its log. That is the
+/// positive control before counting cancel lines.
+async fn await_lines(client: &McpClient, prefix: &str, n: usize) {
+    let reached = tokio::time::timeout(Duration::from_secs(10), async {
+        while lines_starting(client, prefix).len() < n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+    })
+    .await;
+    assert!(
+        reached.is_ok(),
+        "waited for {n} {prefix:?} line(s): {:?}",
+        client.stderr_tail()
+    );
+}
+
+/// A request the test server logs (`tools/list`), after everything the client sent so far.
+async fn control_request(client: &McpClient) {
+    let before = lines_starting(client, "tools/list").len();
+    client.list_tools().await.unwrap();
+    await_lines(client, "tools/list", before + 1).await;
 }
 
 fn cancelled_running(reason: CancelReason) -> ToolCallState {
@@ -146,16 +157,93 @@ async fn m1_m6_m9_a_user_cancel_sends_one_notification_and_the_session_stays_usa
     assert_eq!(tool_message(&fake, 2, "c2"), "still here");
     client.ping().await.unwrap();
 
-    // Exactly one notification, with the reason, and the server's handler saw it (M1).
-    assert!(
-        stderr_contains(&client, "handler saw the cancel").await,
-        "{:?}",
-        client.stderr_tail()
-    );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let lines = cancel_lines(&client, 1).await;
+    // Exactly one notification, with the reason, and the server's handler saw it (M1). The
+    // server logged c2's call, sent after the cancel: every notification for c1 is logged.
+    await_lines(&client, "call echo", 1).await;
+    await_lines(&client, "handler saw the cancel", 1).await;
+    let lines = cancel_lines(&client);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].ends_with("reason=user cancelled"), "{lines:?}");
+    fake.assert_no_violations();
+}
+
+/// The default memory, noting how many cancel notifications the client had queued at the
+/// moment a result for `watched` was stored.
+struct WatchingMemory {
+    inner: agentry::memory::InMemoryMemory,
+    client: McpClient,
+    watched: &'static str,
+    at_record: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+#[async_trait::async_trait]
+impl agentry::memory::Memory for WatchingMemory {
+    async fn add(&self, msgs: Vec<Msg>) -> Result<(), agentry::memory::MemoryError> {
+        if msgs
+            .iter()
+            .any(|m| m.tool_results().any(|r| r.id == self.watched))
+        {
+            self.at_record
+                .lock()
+                .unwrap()
+                .push(self.client.cancel_notifications());
+        }
+        self.inner.add(msgs).await
+    }
+    async fn messages(&self) -> Result<Vec<Msg>, agentry::memory::MemoryError> {
+        self.inner.messages().await
+    }
+    async fn delete(&self, ids: &[String]) -> Result<usize, agentry::memory::MemoryError> {
+        self.inner.delete(ids).await
+    }
+    async fn size(&self) -> Result<usize, agentry::memory::MemoryError> {
+        self.inner.size().await
+    }
+    async fn clear(&self) -> Result<(), agentry::memory::MemoryError> {
+        self.inner.clear().await
+    }
+}
+
+#[tokio::test]
+async fn l4_the_cancel_notification_is_queued_before_the_result_is_recorded() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([call("c1", "slow", json!({"seconds": 30}))]));
+    fake.push(Reply::text("done"));
+    let client = McpClient::connect(peers::test_server(&[])).await.unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_mcp_client(&client, McpToolOptions::new())
+        .await
+        .unwrap();
+    let at_record = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = builder(&fake, true, toolkit)
+        .memory(WatchingMemory {
+            inner: agentry::memory::InMemoryMemory::new(),
+            client: client.clone(),
+            watched: "c1",
+            at_record: Arc::clone(&at_record),
+        })
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver.wait_for("progress of c1", progress_of("c1")).await;
+    assert_eq!(client.cancel_notifications(), 0);
+    assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
+    let finished_event = driver.wait_for("c1 finished", finished("c1")).await;
+    // When the agent reports the end, the notification is already queued.
+    assert_eq!(client.cancel_notifications(), 1, "{finished_event:?}");
+    let (reply, events) = driver.finish().await;
+    reply.unwrap();
+    check_all(&agent, &events).await;
+    assert_eq!(
+        at_record.lock().unwrap().first().copied(),
+        Some(1),
+        "queued before the cancelled result was stored (L4)"
+    );
+    // And it reaches the server, once.
+    control_request(&client).await;
+    assert_eq!(cancel_lines(&client).len(), 1, "{:?}", client.stderr_tail());
     fake.assert_no_violations();
 }
 
@@ -175,7 +263,8 @@ async fn m1_a_reply_cancel_says_reply_cancelled() {
     let memory = check_all(&agent, &events).await;
     assert_eq!(state_of(&events, "c1"), cancelled_running(CancelReason::Reply));
     assert_eq!(stored(&memory, "c1").0, CANCELLED_RUNNING);
-    let lines = cancel_lines(&client, 1).await;
+    control_request(&client).await;
+    let lines = cancel_lines(&client);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].ends_with("reason=reply cancelled"), "{lines:?}");
     assert_eq!(fake.request_count(), 1, "no model request after a reply cancel");
@@ -183,12 +272,32 @@ async fn m1_a_reply_cancel_says_reply_cancelled() {
 }
 
 #[tokio::test]
+async fn t1_t4_mcp_calls_default_to_a_60_s_renewable_timeout_capped_at_10_minutes() {
+    assert_eq!(MCP_DEFAULT_TIMEOUT, Duration::from_secs(60));
+    assert_eq!(MCP_MAX_TIMEOUT, Duration::from_secs(600));
+    let client = McpClient::connect(peers::test_server(&[])).await.unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_mcp_client(&client, McpToolOptions::new())
+        .await
+        .unwrap();
+    let policy = toolkit.policy("slow");
+    assert_eq!(policy.timeout, Some(Duration::from_secs(60)));
+    assert_eq!(
+        policy.progress_extends_timeout,
+        Some(Duration::from_secs(600)),
+        "the hard cap applies by default"
+    );
+    client.close().await;
+}
+
+#[tokio::test]
 async fn m1_t4_progress_renews_the_timeout_up_to_the_hard_limit() {
-    // Progress every 100 ms keeps renewing the 400 ms timeout; the 2 s limit stops the call.
+    // Progress every 100 ms keeps renewing the 1 s timeout; the 2 s cap stops the call.
     let (fake, agent, client) = setup(
         peers::test_server(&[]),
         McpToolOptions::new()
-            .timeout(Duration::from_millis(400))
+            .timeout(Duration::from_secs(1))
             .max_timeout(Duration::from_secs(2)),
         vec![
             Reply::tool_calls([call("c1", "slow", json!({"seconds": 30}))]),
@@ -203,11 +312,17 @@ async fn m1_t4_progress_renews_the_timeout_up_to_the_hard_limit() {
         state_of(&events, "c1"),
         ToolCallState::TimedOut { partial: false }
     );
-    // More progress than fits in one 400 ms timeout: the timer was renewed.
-    assert!(progress_count(&events, "c1") >= 8, "{events:#?}");
+    // The reported time says what stopped the call: the timeout never fires past the cap, so
+    // a stop at 2 s or later is the cap's; without renewal it would say 1 s.
     let text = tool_message(&fake, 1, "c1");
-    assert!(text.starts_with("This tool call timed out after "), "{text}");
-    let lines = cancel_lines(&client, 1).await;
+    let after: f64 = text
+        .strip_prefix("This tool call timed out after ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(after >= 2.0, "stopped by the cap, not the idle timeout: {text}");
+    control_request(&client).await;
+    let lines = cancel_lines(&client);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].ends_with("reason=timed out"), "{lines:?}");
     fake.assert_no_violations();
@@ -221,6 +336,7 @@ async fn m4_no_notification_for_a_call_that_already_answered() {
         vec![
             Reply::tool_calls([call("c1", "echo", json!({"text": "quick"}))]),
             Reply::tool_calls([call("c2", "slow", json!({"seconds": 30}))]),
+            Reply::tool_calls([call("c3", "echo", json!({"text": "control"}))]),
             Reply::text("done"),
         ],
     )
@@ -240,11 +356,13 @@ async fn m4_no_notification_for_a_call_that_already_answered() {
     let (_, events) = driver.finish().await;
     check_all(&agent, &events).await;
     assert_eq!(tool_message(&fake, 1, "c1"), "quick");
-    assert!(stderr_contains(&client, "handler saw the cancel").await);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // One notification in all: for c2, none for the answered c1 nor for `initialize`.
-    let lines = cancel_lines(&client, 2).await;
+    // c3 went out after everything about c1 and c2: once the server logged it, the count is
+    // final. One notification in all: for c2, none for the answered c1 nor for `initialize`.
+    await_lines(&client, "call echo", 2).await;
+    await_lines(&client, "handler saw the cancel", 1).await;
+    let lines = cancel_lines(&client);
     assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("reason=user cancelled"), "{lines:?}");
     fake.assert_no_violations();
 }
 
@@ -609,8 +727,16 @@ async fn an_mcp_tool_that_requires_approval_waits_for_the_decision() {
     check_all(&agent, &events).await;
     assert_eq!(tool_message(&fake, 1, "c1"), DECLINED);
     assert_eq!(tool_message(&fake, 2, "c2"), "second");
-    assert!(
-        cancel_lines(&client, 0).await.is_empty(),
+    // c2 ran after the decline of c1: anything sent about c1 is in the server's log by now.
+    await_lines(&client, "call echo", 1).await;
+    assert_eq!(
+        lines_starting(&client, "call echo").len(),
+        1,
+        "the declined c1 never reached the server"
+    );
+    assert_eq!(
+        cancel_lines(&client),
+        Vec::<String>::new(),
         "a decline is not a cancel"
     );
     fake.assert_no_violations();

@@ -3,22 +3,32 @@
 //! cancel notifications it received.
 //!
 //! ```text
-//! mcp-test-server [--slow-start MS] [--fail-start]
+//! mcp-test-server [--slow-start MS] [--fail-start] [--hang-list] [--endless-pages]
+//!                 [--ignore-stdin-close] [--ignore-sigterm] [--spawn-child] [--log FILE]
 //! ```
-//! Tools: `echo {text}`, `slow {seconds}` (progress every 100 ms until done or cancelled),
-//! `crash` (the process exits in the middle of the call), `grow` (adds the tool `extra` and
-//! announces `tools/list_changed`), `noisy {lines}` (floods stderr, then answers), and `extra`
-//! once grown.
+//! Tools: `echo {text}` and `slow {seconds}` (progress every 100 ms until done or cancelled),
+//! both annotated read-only; `crash` (the process exits in the middle of the call), `grow` (adds
+//! the tool `extra` and announces `tools/list_changed`), `noisy {lines}` (floods stderr, then
+//! answers), and `extra` once grown.
+//!
+//! Modes for careless servers: `--hang-list` never answers `tools/list`; `--endless-pages`
+//! answers every `tools/list` with one tool and a new `nextCursor`; `--ignore-stdin-close` keeps
+//! running after its stdin closed; `--ignore-sigterm` survives SIGTERM; `--spawn-child` starts a
+//! `sleep` child in its process group. `--log FILE` appends `pid=…`, `child=…`, `call …`,
+//! `cancelled …` and `signal …` lines to FILE, so that tests see what the server lived through
+//! even when its stderr belongs to someone else. On stderr it says `tools/list`, `call …` and
+//! `notifications/cancelled …` for every such message, in the order they arrived.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam, ContentBlock,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
-    Tool,
+    Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -27,6 +37,19 @@ use serde_json::{Map, Value, json};
 #[derive(Clone, Default)]
 struct TestServer {
     grown: Arc<AtomicBool>,
+    hang_list: bool,
+    endless_pages: bool,
+    pages: Arc<AtomicU64>,
+    log: Option<Arc<std::path::PathBuf>>,
+}
+
+/// Appends a line to the `--log` file (created on first use).
+fn log_line(path: Option<&std::path::Path>, line: &str) {
+    if let Some(path) = path
+        && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(file, "{line}");
+    }
 }
 
 fn schema(value: Value) -> Arc<Map<String, Value>> {
@@ -35,6 +58,7 @@ fn schema(value: Value) -> Arc<Map<String, Value>> {
 
 impl TestServer {
     fn tools(&self) -> Vec<Tool> {
+        let read_only = ToolAnnotations::new().read_only(true);
         let mut tools = vec![
             Tool::new(
                 "echo",
@@ -42,14 +66,16 @@ impl TestServer {
                 schema(
                     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
                 ),
-            ),
+            )
+            .annotate(read_only.clone()),
             Tool::new(
                 "slow",
                 "Sleeps, reporting progress every 100 ms.",
                 schema(
                     json!({"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}),
                 ),
-            ),
+            )
+            .annotate(read_only),
             Tool::new(
                 "crash",
                 "Exits the server in the middle of the call.",
@@ -92,6 +118,21 @@ impl ServerHandler for TestServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        eprintln!("tools/list");
+        if self.hang_list {
+            eprintln!("tools/list will never be answered");
+            std::future::pending::<()>().await;
+        }
+        if self.endless_pages {
+            let page = self.pages.fetch_add(1, Ordering::SeqCst);
+            let mut result = ListToolsResult::with_all_items(vec![Tool::new(
+                format!("tool_{page}"),
+                "One more page.",
+                schema(json!({"type": "object"})),
+            )]);
+            result.next_cursor = Some(format!("page-{}", page + 1));
+            return Ok(result);
+        }
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
@@ -101,6 +142,9 @@ impl ServerHandler for TestServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
+        let line = format!("call {} request={:?}", request.name, context.id);
+        log_line(self.log.as_deref().map(|p| p.as_path()), &line);
+        eprintln!("{line}");
         match request.name.as_ref() {
             "echo" => text(args.get("text").and_then(Value::as_str).unwrap_or_default()),
             "slow" => {
@@ -155,7 +199,7 @@ impl ServerHandler for TestServer {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or_default();
-        eprintln!(
+        let line = format!(
             "notifications/cancelled at_ns={at_ns} request={} reason={}",
             notification
                 .request_id
@@ -163,10 +207,46 @@ impl ServerHandler for TestServer {
                 .unwrap_or_default(),
             notification.reason.unwrap_or_default()
         );
+        log_line(self.log.as_deref().map(|p| p.as_path()), &line);
+        eprintln!("{line}");
     }
 }
 
-#[tokio::main]
+fn flag(args: &[String], name: &str) -> bool {
+    args.iter().any(|a| a == name)
+}
+
+fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.windows(2).find(|w| w[0] == name).map(|w| w[1].as_str())
+}
+
+/// Logs SIGTERM and SIGINT; exits on them unless told to ignore SIGTERM.
+fn watch_signals(log: Option<Arc<std::path::PathBuf>>, ignore_sigterm: bool) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => {
+                    log_line(log.as_deref().map(|p| p.as_path()), "signal TERM");
+                    if !ignore_sigterm {
+                        std::process::exit(143);
+                    }
+                }
+                _ = int.recv() => {
+                    log_line(log.as_deref().map(|p| p.as_path()), "signal INT");
+                    std::process::exit(130);
+                }
+            }
+        }
+    });
+}
+
+// One thread: rmcp spawns a task per message, and on one thread they run in the order the
+// messages arrived, so a test that sees a later request logged knows every earlier
+// notification was handled (and logged) before it.
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--fail-start") {
@@ -181,9 +261,42 @@ async fn main() {
         eprintln!("starting slowly ({ms} ms)");
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let service = TestServer::default()
+    let log = value(&args, "--log").map(|p| Arc::new(std::path::PathBuf::from(p)));
+    log_line(
+        log.as_deref().map(|p| p.as_path()),
+        &format!("pid={}", std::process::id()),
+    );
+    if log.is_some() {
+        watch_signals(log.clone(), flag(&args, "--ignore-sigterm"));
+    }
+    // Kept alive until the end of main: the child stays in our process group.
+    let _child = if flag(&args, "--spawn-child") {
+        let child = std::process::Command::new("sleep")
+            .arg("100000")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        log_line(
+            log.as_deref().map(|p| p.as_path()),
+            &format!("child={}", child.id()),
+        );
+        Some(child)
+    } else {
+        None
+    };
+    let server = TestServer {
+        hang_list: flag(&args, "--hang-list"),
+        endless_pages: flag(&args, "--endless-pages"),
+        log: log.clone(),
+        ..TestServer::default()
+    };
+    let service = server
         .serve(rmcp::transport::stdio())
         .await
         .expect("serve on stdio");
     let _ = service.waiting().await;
+    if flag(&args, "--ignore-stdin-close") {
+        log_line(log.as_deref().map(|p| p.as_path()), "stdin closed; staying");
+        std::future::pending::<()>().await;
+    }
 }

@@ -2,17 +2,16 @@
 //! keep stderr, route progress, reconnect when the server went away.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, Tool as RmcpTool,
+    ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, Tool as RmcpTool,
 };
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{mpsc, watch};
@@ -20,9 +19,15 @@ use tokio::sync::{mpsc, watch};
 use super::McpError;
 use super::config::{McpServerConfig, McpTransport};
 use super::http::SessionAwareClient;
+use super::process::ServerProcess;
 
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 40;
+/// The most `tools/list` pages read from one server: a server that keeps sending a new
+/// `nextCursor` is refused instead of paged forever.
+pub const MAX_TOOL_PAGES: usize = 100;
+/// The most tools taken from one server.
+pub const MAX_TOOLS: usize = 10_000;
 
 /// A progress notification for one running call.
 #[derive(Debug, Clone)]
@@ -39,6 +44,8 @@ pub(crate) struct Shared {
     routes: Mutex<HashMap<String, mpsc::UnboundedSender<Progress>>>,
     /// The last lines the server wrote to stderr.
     stderr: Mutex<VecDeque<String>>,
+    /// `notifications/cancelled` handed to the transport.
+    cancels: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -120,6 +127,9 @@ pub struct McpToolInfo {
     pub description: String,
     /// JSON schema of the arguments.
     pub input_schema: serde_json::Value,
+    /// Whether the server annotates the tool `readOnlyHint: true` (a hint from the server: such
+    /// tools run without approval unless configured otherwise).
+    pub read_only: bool,
 }
 
 impl From<&RmcpTool> for McpToolInfo {
@@ -133,12 +143,34 @@ impl From<&RmcpTool> for McpToolInfo {
                 .or_else(|| tool.title.clone())
                 .unwrap_or_default(),
             input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            read_only: tool
+                .annotations
+                .as_ref()
+                .and_then(|a| a.read_only_hint)
+                .unwrap_or(false),
         }
     }
 }
 
 struct Connection {
     service: RunningService<RoleClient, Handler>,
+    /// The server's process (stdio servers).
+    process: Option<ServerProcess>,
+}
+
+/// How long closing waits for rmcp to end the session (stdin closed, pending work dropped).
+const SESSION_CLOSE_WAIT: Duration = Duration::from_millis(500);
+
+impl Connection {
+    /// Ends the session, then stops the server's process group (stdio servers).
+    async fn shutdown(mut self) {
+        let _ = self.service.close_with_timeout(SESSION_CLOSE_WAIT).await;
+        // Dropping the service drops the transport: the server's stdin is closed now at the latest.
+        drop(self.service);
+        if let Some(process) = self.process {
+            process.stop().await;
+        }
+    }
 }
 
 struct Inner {
@@ -180,8 +212,43 @@ impl std::fmt::Debug for McpClient {
 impl McpClient {
     /// Starts (stdio) or connects to (HTTP) the server and initializes the session.
     pub async fn connect(config: McpServerConfig) -> Result<McpClient, McpError> {
+        let client = McpClient::new(config);
+        let deadline = tokio::time::Instant::now() + client.inner.config.startup_timeout;
+        let mut connection = client.inner.connection.lock().await;
+        *connection = Some(client.open(deadline).await?);
+        drop(connection);
+        Ok(client)
+    }
+
+    /// Starts (stdio) or connects to (HTTP) the server and lists its tools, all within the
+    /// configured start-up limit ([`McpServerConfig::startup_timeout`], 30 s by default): a
+    /// server that initializes but never answers `tools/list`, or pages forever, fails here
+    /// instead of hanging its caller. A server that fails is stopped again.
+    pub async fn start(config: McpServerConfig) -> Result<(McpClient, Vec<McpToolInfo>), McpError> {
+        let limit = config.startup_timeout;
+        let deadline = tokio::time::Instant::now() + limit;
+        let client = McpClient::new(config);
+        let connection = client.open(deadline).await?;
+        let peer = connection.service.peer().clone();
+        *client.inner.connection.lock().await = Some(connection);
+        match tokio::time::timeout_at(deadline, client.list_pages(&peer)).await {
+            Ok(Ok(tools)) => Ok((client, tools)),
+            Ok(Err(e)) => {
+                client.close().await;
+                Err(client.start_error(e))
+            }
+            Err(_) => {
+                client.close().await;
+                Err(client.start_error(format!(
+                    "the server did not list its tools within the start-up limit of {limit:?}"
+                )))
+            }
+        }
+    }
+
+    fn new(config: McpServerConfig) -> McpClient {
         let (tools_changed, _) = watch::channel(0);
-        let client = McpClient {
+        McpClient {
             inner: Arc::new(Inner {
                 status: Mutex::new(McpStatus::Down("not connected yet".into())),
                 config,
@@ -189,11 +256,7 @@ impl McpClient {
                 shared: Arc::new(Shared::default()),
                 tools_changed: Arc::new(tools_changed),
             }),
-        };
-        let mut connection = client.inner.connection.lock().await;
-        *connection = Some(client.open().await?);
-        drop(connection);
-        Ok(client)
+        }
     }
 
     /// The server's name.
@@ -224,6 +287,23 @@ impl McpClient {
         self.inner.shared.stderr().iter().cloned().collect()
     }
 
+    /// How many `notifications/cancelled` this client has put in its transport's outgoing
+    /// queue (for tests and diagnostics: the count grows before the agent records the
+    /// cancelled result, spec L4).
+    pub fn cancel_notifications(&self) -> u64 {
+        self.inner
+            .shared
+            .cancels
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn count_cancel_notification(&self) {
+        self.inner
+            .shared
+            .cancels
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Changes each time the server says its tool list changed.
     pub(crate) fn tools_changed(&self) -> watch::Receiver<u64> {
         self.inner.tools_changed.subscribe()
@@ -240,13 +320,14 @@ impl McpClient {
     }
 
     /// Opens a new connection (start the process or open the HTTP session, then initialize).
-    async fn open(&self) -> Result<Connection, McpError> {
+    async fn open(&self, deadline: tokio::time::Instant) -> Result<Connection, McpError> {
         let config = &self.inner.config;
         let handler = Handler {
             shared: Arc::clone(&self.inner.shared),
             tools_changed: Arc::clone(&self.inner.tools_changed),
         };
         let mut stderr_done = None;
+        let mut process = None;
         let started = match &config.transport {
             McpTransport::Stdio {
                 command,
@@ -259,12 +340,11 @@ impl McpClient {
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }
-                let (transport, stderr) = TokioChildProcess::builder(cmd)
-                    .stderr(Stdio::piped())
-                    .spawn()
+                let started = ServerProcess::spawn(cmd)
                     .map_err(|e| self.start_error(format!("cannot run {:?}: {e}", config.describe())))?;
-                stderr_done = stderr.map(|stderr| self.drain_stderr(stderr));
-                tokio::time::timeout(config.startup_timeout, handler.serve(transport)).await
+                stderr_done = started.stderr.map(|stderr| self.drain_stderr(stderr));
+                process = Some(started.process);
+                tokio::time::timeout_at(deadline, handler.serve((started.stdout, started.stdin))).await
             }
             McpTransport::Http { url, headers } => {
                 crate::model::openai::install_crypto_provider();
@@ -275,12 +355,15 @@ impl McpClient {
                     StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(header_map(headers)?),
                 );
-                tokio::time::timeout(config.startup_timeout, handler.serve(transport)).await
+                tokio::time::timeout_at(deadline, handler.serve(transport)).await
             }
         };
         let service = match started {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
+                if let Some(process) = process {
+                    process.stop().await;
+                }
                 // Let the dying process finish saying why on stderr (its end of the pipe closes).
                 if let Some(done) = stderr_done {
                     let _ = tokio::time::timeout(Duration::from_millis(500), done).await;
@@ -290,6 +373,9 @@ impl McpClient {
                 );
             }
             Err(_) => {
+                if let Some(process) = process {
+                    process.stop().await;
+                }
                 return Err(self.start_error(format!(
                     "the server did not finish initializing within {:?}",
                     config.startup_timeout
@@ -299,7 +385,7 @@ impl McpClient {
         let status = connected_status(service.peer());
         tracing::info!(mcp = %config.name, status = ?status, "MCP server connected");
         self.set_status(status);
-        Ok(Connection { service })
+        Ok(Connection { service, process })
     }
 
     fn start_error(&self, reason: String) -> McpError {
@@ -339,14 +425,15 @@ impl McpClient {
         {
             return Ok(live.service.peer().clone());
         }
-        if let Some(mut dead) = connection.take() {
-            let _ = dead.service.close_with_timeout(Duration::from_millis(200)).await;
+        if let Some(dead) = connection.take() {
+            dead.shutdown().await;
         }
         let attempts = self.inner.config.reconnect_attempts.max(1);
         let mut last = None;
         for attempt in 1..=attempts {
             tracing::warn!(mcp = %self.name(), attempt, "the MCP server is not connected; reconnecting");
-            match self.open().await {
+            let deadline = tokio::time::Instant::now() + self.inner.config.startup_timeout;
+            match self.open(deadline).await {
                 Ok(fresh) => {
                     let peer = fresh.service.peer().clone();
                     *connection = Some(fresh);
@@ -377,8 +464,9 @@ impl McpClient {
 
     /// Drops the current connection so that the next call opens a new one.
     pub(crate) async fn reset(&self) {
-        if let Some(mut old) = self.inner.connection.lock().await.take() {
-            let _ = old.service.close_with_timeout(Duration::from_millis(200)).await;
+        let old = self.inner.connection.lock().await.take();
+        if let Some(old) = old {
+            old.shutdown().await;
         }
     }
 
@@ -396,14 +484,46 @@ impl McpClient {
         }
     }
 
-    /// The tools the server offers now.
+    /// The tools the server offers now: every page, within the start-up limit
+    /// ([`McpServerConfig::startup_timeout`]) and at most [`MAX_TOOL_PAGES`] pages or
+    /// [`MAX_TOOLS`] tools.
     pub async fn list_tools(&self) -> Result<Vec<McpToolInfo>, McpError> {
         let peer = self.peer().await?;
-        let tools = peer.list_all_tools().await.map_err(|e| McpError::Protocol {
+        let limit = self.inner.config.startup_timeout;
+        let protocol = |reason: String| McpError::Protocol {
             server: self.name().to_owned(),
-            reason: format!("tools/list failed: {e}"),
-        })?;
-        Ok(tools.iter().map(McpToolInfo::from).collect())
+            reason,
+        };
+        match tokio::time::timeout(limit, self.list_pages(&peer)).await {
+            Ok(listed) => listed.map_err(protocol),
+            Err(_) => Err(protocol(format!("tools/list did not finish within {limit:?}"))),
+        }
+    }
+
+    /// `tools/list`, page after page, up to the caps.
+    async fn list_pages(&self, peer: &Peer<RoleClient>) -> Result<Vec<McpToolInfo>, String> {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_TOOL_PAGES {
+            let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let page = peer
+                .list_tools(params)
+                .await
+                .map_err(|e| format!("tools/list failed: {}", super::tidy(&e.to_string())))?;
+            tools.extend(page.tools.iter().map(McpToolInfo::from));
+            if tools.len() > MAX_TOOLS {
+                return Err(format!(
+                    "the server lists more than {MAX_TOOLS} tools; agentry does not use that many"
+                ));
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
+        Err(format!(
+            "the server's tool list did not end after {MAX_TOOL_PAGES} pages (it keeps sending a nextCursor)"
+        ))
     }
 
     /// Checks the session answers.
@@ -420,15 +540,27 @@ impl McpClient {
         })
     }
 
-    /// Closes the session (and stops a stdio server).
+    /// Closes the session. A stdio server is stopped with its whole process group: it gets
+    /// 0.5 s to exit once its stdin is closed, then SIGTERM, then SIGKILL 1 s later, so that
+    /// neither it nor its children outlive the client.
     pub async fn close(&self) {
-        if let Some(mut connection) = self.inner.connection.lock().await.take() {
-            let _ = connection
-                .service
-                .close_with_timeout(Duration::from_secs(2))
-                .await;
+        let connection = self.inner.connection.lock().await.take();
+        if let Some(connection) = connection {
+            connection.shutdown().await;
         }
         self.set_status(McpStatus::Down("closed".into()));
+    }
+
+    /// The pid of the running stdio server (also its process group id); `None` for HTTP
+    /// servers and when not connected.
+    pub async fn server_pid(&self) -> Option<u32> {
+        self.inner
+            .connection
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|c| c.process.as_ref())
+            .and_then(ServerProcess::pid)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Which MCP servers to talk to, and how: the `mcpServers` format of Claude Desktop and Cursor.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,6 +31,9 @@ pub enum McpTransport {
     },
 }
 
+/// The default limit for starting a server and listing its tools.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One MCP server.
 ///
 /// ```
@@ -46,10 +49,16 @@ pub struct McpServerConfig {
     pub name: String,
     /// How to reach it.
     pub transport: McpTransport,
-    /// Limit for starting and initializing (default 30 s).
+    /// One limit for starting, initializing and listing the tools (default 30 s;
+    /// `"startupTimeoutMs"` in `mcp.json`).
     pub startup_timeout: Duration,
     /// Reconnect attempts when a call finds the server down (default 3).
     pub reconnect_attempts: u32,
+    /// Whether every tool of the server runs without approval (`"trust": true`; default: only
+    /// tools annotated read-only do).
+    pub trust: bool,
+    /// Tools (server names) that run without approval (`"autoApprove": [...]`, as in Cline).
+    pub auto_approve: BTreeSet<String>,
 }
 
 impl McpServerConfig {
@@ -85,8 +94,10 @@ impl McpServerConfig {
         McpServerConfig {
             name: name.into(),
             transport,
-            startup_timeout: Duration::from_secs(30),
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             reconnect_attempts: 3,
+            trust: false,
+            auto_approve: BTreeSet::new(),
         }
     }
 
@@ -140,11 +151,6 @@ impl McpServerConfig {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ConfigFile {
-    mcp_servers: BTreeMap<String, ServerEntry>,
-}
-
-#[derive(Deserialize)]
 struct ServerEntry {
     command: Option<String>,
     #[serde(default)]
@@ -161,6 +167,14 @@ struct ServerEntry {
     /// Cursor and others use it to switch a server off.
     #[serde(default)]
     disabled: bool,
+    /// Trust every tool of the server (no approval).
+    #[serde(default)]
+    trust: bool,
+    /// Tools that run without approval.
+    #[serde(default)]
+    auto_approve: BTreeSet<String>,
+    /// The start-up limit in milliseconds.
+    startup_timeout_ms: Option<u64>,
 }
 
 /// Reads an `mcpServers` configuration (Claude Desktop, Cursor):
@@ -173,12 +187,36 @@ struct ServerEntry {
 /// ```
 ///
 /// Servers marked `"disabled": true` are left out. The legacy SSE transport is refused with an
-/// explanation (the official Rust SDK dropped it).
+/// explanation (the official Rust SDK dropped it). Per server, `"trust": true` lets every tool
+/// run without approval, `"autoApprove": ["tool", ...]` the tools named, and
+/// `"startupTimeoutMs"` sets the start-up limit (default 30 000).
 pub fn parse_mcp_servers(json: &str) -> Result<Vec<McpServerConfig>, McpError> {
-    let file: ConfigFile = serde_json::from_str(json)
-        .map_err(|e| McpError::Config(format!("invalid mcpServers configuration: {e}")))?;
+    let config = |reason: String| McpError::Config(format!("invalid mcpServers configuration: {reason}"));
+    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| config(e.to_string()))?;
+    let Some(file) = value.as_object() else {
+        return Err(config(format!(
+            "expected a JSON object with an \"mcpServers\" key, found {}",
+            json_kind(&value)
+        )));
+    };
+    let Some(entries) = file.get("mcpServers") else {
+        return Err(config("expected an object with an \"mcpServers\" key".into()));
+    };
+    let Some(entries) = entries.as_object() else {
+        return Err(config(format!(
+            "\"mcpServers\" must be an object of servers by name, found {}",
+            json_kind(entries)
+        )));
+    };
     let mut servers = Vec::new();
-    for (name, entry) in file.mcp_servers {
+    for (name, entry) in entries {
+        if !entry.is_object() {
+            return Err(config(format!(
+                "server {name:?} must be an object, found {}",
+                json_kind(entry)
+            )));
+        }
+        let entry = ServerEntry::deserialize(entry).map_err(|e| config(format!("server {name:?}: {e}")))?;
         if entry.disabled {
             continue;
         }
@@ -190,7 +228,7 @@ pub fn parse_mcp_servers(json: &str) -> Result<Vec<McpServerConfig>, McpError> {
         }
         let server = match (entry.command, entry.url) {
             (Some(command), None) => {
-                let mut server = McpServerConfig::stdio(&name, command, entry.args);
+                let mut server = McpServerConfig::stdio(name.as_str(), command, entry.args);
                 if let McpTransport::Stdio { env, cwd, .. } = &mut server.transport {
                     *env = entry.env;
                     *cwd = entry.cwd;
@@ -198,7 +236,7 @@ pub fn parse_mcp_servers(json: &str) -> Result<Vec<McpServerConfig>, McpError> {
                 server
             }
             (None, Some(url)) => {
-                let mut server = McpServerConfig::http(&name, url);
+                let mut server = McpServerConfig::http(name.as_str(), url);
                 if let McpTransport::Http { headers, .. } = &mut server.transport {
                     *headers = entry.headers;
                 }
@@ -215,9 +253,27 @@ pub fn parse_mcp_servers(json: &str) -> Result<Vec<McpServerConfig>, McpError> {
                 )));
             }
         };
+        let mut server = server;
+        server.trust = entry.trust;
+        server.auto_approve = entry.auto_approve;
+        if let Some(ms) = entry.startup_timeout_ms {
+            server.startup_timeout = Duration::from_millis(ms);
+        }
         servers.push(server);
     }
     Ok(servers)
+}
+
+/// What a JSON value is, for messages.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]
@@ -253,5 +309,51 @@ mod tests {
         assert!(err.contains("legacy SSE"), "{err}");
         let err = parse_mcp_servers("{}").unwrap_err().to_string();
         assert!(err.contains("mcpServers"), "{err}");
+    }
+
+    #[test]
+    fn a_file_of_the_wrong_shape_gets_a_plain_message() {
+        for (json, expected) in [
+            (
+                "[]",
+                "expected a JSON object with an \"mcpServers\" key, found an array",
+            ),
+            ("null", "found null"),
+            (
+                r#"{"mcpServers": []}"#,
+                "\"mcpServers\" must be an object of servers by name, found an array",
+            ),
+            (
+                r#"{"mcpServers": {"x": "npx"}}"#,
+                "server \"x\" must be an object, found a string",
+            ),
+        ] {
+            let err = parse_mcp_servers(json).unwrap_err().to_string();
+            assert!(err.contains(expected), "{json}: {err}");
+            // No Rust type names (`struct ConfigFile`, `ServerEntry`, `BTreeMap`).
+            assert!(
+                !err.contains("struct") && !err.contains("Entry") && !err.contains("map"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn trust_auto_approve_and_the_startup_limit_are_read() {
+        let servers = parse_mcp_servers(
+            r#"{"mcpServers": {
+                "a": {"command": "x", "trust": true, "startupTimeoutMs": 1500},
+                "b": {"url": "http://h/mcp", "autoApprove": ["write_file", "edit_file"]}
+            }}"#,
+        )
+        .unwrap();
+        assert!(servers[0].trust && servers[0].auto_approve.is_empty());
+        assert_eq!(servers[0].startup_timeout, Duration::from_millis(1500));
+        assert!(!servers[1].trust);
+        assert_eq!(
+            servers[1].auto_approve.iter().collect::<Vec<_>>(),
+            ["edit_file", "write_file"]
+        );
+        assert_eq!(servers[1].startup_timeout, DEFAULT_STARTUP_TIMEOUT);
     }
 }

@@ -21,11 +21,13 @@
 mod client;
 mod config;
 mod http;
+mod process;
 mod register;
 mod tool;
 
-pub use client::{McpClient, McpStatus, McpToolInfo};
-pub use config::{McpServerConfig, McpTransport, parse_mcp_servers};
+pub use client::{MAX_TOOL_PAGES, MAX_TOOLS, McpClient, McpStatus, McpToolInfo};
+pub use config::{DEFAULT_STARTUP_TIMEOUT, McpServerConfig, McpTransport, parse_mcp_servers};
+pub use process::kill_all_servers;
 pub use register::{MCP_DEFAULT_TIMEOUT, MCP_MAX_TIMEOUT, McpToolOptions, mcp_tool_name};
 
 /// Why an MCP operation failed.

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::McpError;
 use super::client::{McpClient, McpToolInfo};
 use super::tool::McpTool;
+use super::{McpError, McpServerConfig};
 use crate::tool::{NamesakeStrategy, Tool, ToolOptions, Toolkit};
 
 /// The default execution timeout of MCP calls, renewed by progress (spec T1, T4).
@@ -16,13 +16,21 @@ pub const MCP_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The hard limit of MCP calls, whatever progress says (spec T4).
 pub const MCP_MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// One tool's approval settings; `None` leaves the decision to the server-wide rules.
 #[derive(Debug, Clone, Copy, Default)]
 struct Approval {
-    require: bool,
-    auto: bool,
+    require: Option<bool>,
+    auto: Option<bool>,
 }
 
 /// How a server's tools are registered.
+///
+/// Approval: an MCP tool needs the user's approval unless the server annotates it
+/// `readOnlyHint: true`, or the user trusts it: the whole server ([`trust`](Self::trust), `"trust":
+/// true` in `mcp.json`) or the tool ([`trust_tools`](Self::trust_tools), `"autoApprove": [...]`).
+/// The most specific setting wins: [`require_approval`](Self::require_approval) for one tool, then
+/// the trusted tools, then the trusted server, then
+/// [`require_approval_for_all`](Self::require_approval_for_all), then the annotation.
 ///
 /// ```
 /// use agentry::mcp::McpToolOptions;
@@ -42,7 +50,11 @@ pub struct McpToolOptions {
     disable: BTreeSet<String>,
     presets: BTreeMap<String, Map<String, Value>>,
     approval: BTreeMap<String, Approval>,
-    default_approval: Approval,
+    /// `None`: by the tools' annotations.
+    default_require: Option<bool>,
+    default_auto: bool,
+    trust: bool,
+    trusted: BTreeSet<String>,
     prefix: String,
     timeout: Duration,
     max_timeout: Duration,
@@ -57,7 +69,10 @@ impl Default for McpToolOptions {
             disable: BTreeSet::new(),
             presets: BTreeMap::new(),
             approval: BTreeMap::new(),
-            default_approval: Approval::default(),
+            default_require: None,
+            default_auto: false,
+            trust: false,
+            trusted: BTreeSet::new(),
             prefix: String::new(),
             timeout: MCP_DEFAULT_TIMEOUT,
             max_timeout: MCP_MAX_TIMEOUT,
@@ -67,9 +82,18 @@ impl Default for McpToolOptions {
 }
 
 impl McpToolOptions {
-    /// Every tool, in `basic`, unprefixed, no approval, 60 s renewable timeout, 10 min at most.
+    /// Every tool, in `basic`, unprefixed, approval unless annotated read-only, 60 s renewable
+    /// timeout, 10 min at most.
     pub fn new() -> Self {
         McpToolOptions::default()
+    }
+
+    /// [`new`](Self::new) with the trust the server's configuration gives
+    /// ([`McpServerConfig::trust`], [`McpServerConfig::auto_approve`]).
+    pub fn for_server(config: &McpServerConfig) -> Self {
+        McpToolOptions::new()
+            .trust(config.trust)
+            .trust_tools(config.auto_approve.iter().cloned())
     }
 
     /// Puts the tools in this group (which must exist).
@@ -107,25 +131,52 @@ impl McpToolOptions {
         self
     }
 
-    /// Whether one tool's calls must be approved.
+    /// Whether one tool's calls must be approved (overrides every other approval setting).
     pub fn require_approval(mut self, tool: impl Into<String>, required: bool) -> Self {
-        self.approval.entry(tool.into()).or_default().require = required;
+        self.approval.entry(tool.into()).or_default().require = Some(required);
         self
     }
 
     /// Whether one tool may be approved automatically (with the agent's `auto_approve_tools`).
     pub fn auto_approve(mut self, tool: impl Into<String>, auto: bool) -> Self {
-        self.approval.entry(tool.into()).or_default().auto = auto;
+        self.approval.entry(tool.into()).or_default().auto = Some(auto);
         self
     }
 
-    /// Approval for every tool not configured one by one.
+    /// Approval for every tool not configured one by one, whatever the annotations say.
     pub fn require_approval_for_all(mut self, required: bool, auto: bool) -> Self {
-        self.default_approval = Approval {
-            require: required,
-            auto,
-        };
+        self.default_require = Some(required);
+        self.default_auto = auto;
         self
+    }
+
+    /// Trusts the whole server: its tools run without approval (`"trust": true` in `mcp.json`).
+    pub fn trust(mut self, trusted: bool) -> Self {
+        self.trust = trusted;
+        self
+    }
+
+    /// Trusts these tools (server names): they run without approval (`"autoApprove": [...]` in
+    /// `mcp.json`).
+    pub fn trust_tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.trusted.extend(tools.into_iter().map(Into::into));
+        self
+    }
+
+    /// Whether a call of `tool` must be approved, and whether it may be approved automatically.
+    fn approval_of(&self, tool: &McpToolInfo) -> (bool, bool) {
+        let own = self.approval.get(&tool.name).copied().unwrap_or_default();
+        let trusted = (self.trusted.contains(&tool.name) || self.trust).then_some(false);
+        let require = own
+            .require
+            .or(trusted)
+            .or(self.default_require)
+            .unwrap_or(!tool.read_only);
+        (require, own.auto.unwrap_or(self.default_auto))
     }
 
     /// Registers the tools as `{prefix}{name}`, to keep servers' names apart.
@@ -167,7 +218,8 @@ impl McpToolOptions {
             .flatten()
             .chain(&self.disable)
             .chain(self.presets.keys())
-            .chain(self.approval.keys());
+            .chain(self.approval.keys())
+            .chain(&self.trusted);
         for name in named {
             if !names.contains(name.as_str()) {
                 return Err(McpError::Config(format!(
@@ -247,16 +299,12 @@ impl Toolkit {
         let source = source_of(client);
         let mut entries: Vec<(Arc<dyn Tool>, ToolOptions)> = Vec::new();
         for info in tools.iter().filter(|t| options.selected(&t.name)) {
-            let approval = options
-                .approval
-                .get(&info.name)
-                .copied()
-                .unwrap_or(options.default_approval);
+            let (require, auto) = options.approval_of(info);
             let mut tool_options = ToolOptions::new()
                 .name(mcp_tool_name(&options.prefix, &info.name))
                 .namesake(options.namesake)
-                .require_approval(approval.require)
-                .auto_approve(approval.auto)
+                .require_approval(require)
+                .auto_approve(auto)
                 .timeout(options.timeout)
                 .progress_extends_timeout(options.max_timeout)
                 .source(source.clone());
@@ -312,6 +360,62 @@ impl Toolkit {
 mod tests {
     use super::*;
 
+    fn info(name: &str, read_only: bool) -> McpToolInfo {
+        McpToolInfo {
+            name: name.into(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+            read_only,
+        }
+    }
+
+    #[test]
+    fn mcp_tools_need_approval_unless_read_only_or_trusted() {
+        let (write, read) = (info("write_file", false), info("read_file", true));
+        let default = McpToolOptions::new();
+        assert_eq!(default.approval_of(&write), (true, false), "approval by default");
+        assert_eq!(
+            default.approval_of(&read),
+            (false, false),
+            "readOnlyHint skips it"
+        );
+        let listed = McpToolOptions::new().trust_tools(["write_file"]);
+        assert_eq!(listed.approval_of(&write), (false, false), "autoApprove skips it");
+        let server = McpToolOptions::new().trust(true);
+        assert_eq!(server.approval_of(&write), (false, false), "a trusted server");
+        // The most specific setting wins.
+        let own = McpToolOptions::new()
+            .trust(true)
+            .require_approval("write_file", true);
+        assert_eq!(own.approval_of(&write), (true, false));
+        let all = McpToolOptions::new().require_approval_for_all(true, true);
+        assert_eq!(
+            all.approval_of(&read),
+            (true, true),
+            "for all, whatever the annotation"
+        );
+        let auto_only = McpToolOptions::new().auto_approve("write_file", true);
+        assert_eq!(
+            auto_only.approval_of(&write),
+            (true, true),
+            "auto alone keeps approval"
+        );
+        // The configuration's trust reaches the options.
+        let mut config = McpServerConfig::stdio("fs", "x", Vec::<String>::new());
+        config.auto_approve.insert("write_file".into());
+        assert_eq!(
+            McpToolOptions::for_server(&config).approval_of(&write),
+            (false, false)
+        );
+        assert!(
+            McpToolOptions::new()
+                .trust_tools(["nope"])
+                .check(&[write], "s")
+                .is_err(),
+            "a trusted tool must exist"
+        );
+    }
+
     #[test]
     fn model_names_are_sanitized_and_prefixed() {
         assert_eq!(mcp_tool_name("fs__", "read_text_file"), "fs__read_text_file");
@@ -321,11 +425,7 @@ mod tests {
 
     #[test]
     fn options_name_real_tools_only() {
-        let tools = vec![McpToolInfo {
-            name: "echo".into(),
-            description: String::new(),
-            input_schema: serde_json::json!({"type": "object"}),
-        }];
+        let tools = vec![info("echo", false)];
         assert!(McpToolOptions::new().enable(["echo"]).check(&tools, "s").is_ok());
         let err = McpToolOptions::new()
             .disable(["nope"])

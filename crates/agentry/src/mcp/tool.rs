@@ -1,8 +1,10 @@
 //! An MCP server's tool as a [`Tool`]: called like any local tool, through the same
 //! `ToolContext` (cancellation, progress), with the same cumulative chunks.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::Context;
+use std::time::Duration;
 
 use futures::StreamExt;
 use rmcp::model::{
@@ -57,11 +59,105 @@ fn cancel_reason(ctx: &ToolContext) -> &'static str {
     }
 }
 
-async fn send_cancel(peer: Peer<RoleClient>, id: RequestId, reason: &'static str) {
-    let notification =
-        CancelledNotification::new(CancelledNotificationParam::new(Some(id), Some(reason.to_owned())));
-    if let Err(e) = peer.send_notification(notification.into()).await {
-        tracing::debug!(error = %e, "could not send notifications/cancelled");
+/// The cancel notification of one request: enqueued at most once, never after the response
+/// (M1, M4), and before `on_cancel` returns, hence before the agent records the cancelled
+/// result (L4).
+struct CancelSlot {
+    state: Mutex<Slot>,
+    handed_over: Condvar,
+    client: McpClient,
+    runtime: tokio::runtime::Handle,
+}
+
+enum Slot {
+    /// The request is on its way to the transport; a cancel now waits for its id.
+    Sending,
+    /// The request went out: a cancel notifies the server.
+    Sent { peer: Peer<RoleClient>, id: RequestId },
+    /// Answered, notified, or never sent: nothing more to send.
+    Closed,
+}
+
+/// How long a cancel waits for a request that is being handed to the transport.
+const HANDOVER_WAIT: Duration = Duration::from_millis(100);
+
+impl CancelSlot {
+    fn new(client: McpClient) -> Self {
+        CancelSlot {
+            state: Mutex::new(Slot::Sending),
+            handed_over: Condvar::new(),
+            client,
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The request was handed to the transport; `cancelled`: the call was cancelled meanwhile.
+    fn sent(&self, peer: Peer<RoleClient>, id: RequestId, cancelled: Option<&'static str>) {
+        let mut state = self.lock();
+        if matches!(*state, Slot::Sending) {
+            *state = match cancelled {
+                Some(reason) => {
+                    self.enqueue(&peer, id, reason);
+                    Slot::Closed
+                }
+                None => Slot::Sent { peer, id },
+            };
+        }
+        self.handed_over.notify_all();
+    }
+
+    /// No notification may follow: the response came, or the request was never sent.
+    /// Whether the caller may use the response (no cancel notification went out first).
+    fn close(&self) -> bool {
+        let mut state = self.lock();
+        let usable = !matches!(*state, Slot::Closed);
+        *state = Slot::Closed;
+        self.handed_over.notify_all();
+        usable
+    }
+
+    /// Cancels the request: enqueues `notifications/cancelled` if it went out and was not
+    /// answered. Blocks (at most [`HANDOVER_WAIT`]) while the request is being handed over, so
+    /// the notification is queued before this returns; otherwise the request's sender sends it.
+    fn cancel(&self, reason: &'static str) {
+        let mut state = self.lock();
+        if matches!(*state, Slot::Sending) {
+            state = self
+                .handed_over
+                .wait_timeout_while(state, HANDOVER_WAIT, |s| matches!(s, Slot::Sending))
+                .map(|(state, _)| state)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        // Still `Sending` after the wait: `sent` finds the context cancelled and notifies.
+        if matches!(*state, Slot::Sent { .. })
+            && let Slot::Sent { peer, id } = std::mem::replace(&mut *state, Slot::Closed)
+        {
+            self.enqueue(&peer, id, reason);
+        }
+    }
+
+    /// Puts the notification in rmcp's outgoing queue now, without waiting for the write:
+    /// the first poll of `send_notification` enqueues it (the queue has room unless 1024
+    /// messages wait), the rest only waits for the transport's confirmation and goes to the
+    /// runtime.
+    fn enqueue(&self, peer: &Peer<RoleClient>, id: RequestId, reason: &'static str) {
+        let notification =
+            CancelledNotification::new(CancelledNotificationParam::new(Some(id), Some(reason.to_owned())));
+        let peer = peer.clone();
+        let mut send = Box::pin(tokio::task::unconstrained(async move {
+            if let Err(e) = peer.send_notification(notification.into()).await {
+                tracing::debug!(error = %e, "could not send notifications/cancelled");
+            }
+        }));
+        let waker = futures::task::noop_waker();
+        if send.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
+            self.runtime.spawn(send);
+        }
+        self.client.count_cancel_notification();
     }
 }
 
@@ -85,13 +181,30 @@ impl McpTool {
     }
 
     async fn attempt(&self, args: &Map<String, Value>, ctx: &ToolContext, tx: &Chunks) -> Result<(), Retry> {
+        // Registered before the request exists, so that a cancel at any point finds it (the
+        // agent runs `on_cancel` before it records the cancelled result). It hands back
+        // nothing (M9).
+        let slot = Arc::new(CancelSlot::new(self.client.clone()));
+        {
+            let (slot, reason_ctx) = (Arc::clone(&slot), ctx.clone());
+            ctx.set_on_cancel(move || {
+                slot.cancel(cancel_reason(&reason_ctx));
+                None
+            });
+        }
         let peer = match self.client.peer().await {
             Ok(peer) => peer,
             Err(e) => {
+                slot.close();
                 let _ = tx.send(Err(ToolError::msg(format!("The call was not sent: {e}"))));
                 return Ok(());
             }
         };
+        if ctx.is_cancelled() {
+            // Cancelled before anything went out: nothing to send, nothing to notify.
+            slot.close();
+            return Ok(());
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(self.info.name.clone()).with_arguments(args.clone()),
         ));
@@ -101,48 +214,34 @@ impl McpTool {
         {
             Ok(handle) => handle,
             Err(e) => {
+                slot.close();
                 let _ = tx.send(Err(self.transport_failure(&e, false)));
                 return Ok(());
             }
         };
+        slot.sent(
+            peer.clone(),
+            handle.id.clone(),
+            ctx.is_cancelled().then(|| cancel_reason(ctx)),
+        );
         let mut progress = self.client.route(&handle.progress_token);
-
-        // Exactly one cancel notification, never after the response (M1, M4). It goes out from
-        // `on_cancel`, which the agent runs before it records the cancelled result (L4); the
-        // select below covers contexts nobody runs `on_cancel` for. It hands back nothing (M9).
-        let sent = Arc::new(AtomicBool::new(false));
-        let responded = Arc::new(AtomicBool::new(false));
-        {
-            let (sent, responded, peer, id) = (
-                Arc::clone(&sent),
-                Arc::clone(&responded),
-                peer.clone(),
-                handle.id.clone(),
-            );
-            let runtime = tokio::runtime::Handle::current();
-            let reason_ctx = ctx.clone();
-            ctx.set_on_cancel(move || {
-                if !responded.load(Ordering::SeqCst) && !sent.swap(true, Ordering::SeqCst) {
-                    runtime.spawn(send_cancel(peer, id, cancel_reason(&reason_ctx)));
-                }
-                None
-            });
-        }
 
         let mut messages: Vec<String> = Vec::new();
         let outcome = loop {
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => {
-                    if !responded.load(Ordering::SeqCst) && !sent.swap(true, Ordering::SeqCst) {
-                        send_cancel(peer.clone(), handle.id.clone(), cancel_reason(ctx)).await;
-                    }
+                    // For contexts nobody runs `on_cancel` for; a no-op once it ran.
+                    slot.cancel(cancel_reason(ctx));
                     // The response, if it ever comes, is dropped with the receiver (M3).
                     break Ok(());
                 }
                 Some(update) = progress.recv() => self.progress(ctx, tx, &mut messages, update),
                 response = &mut handle.rx => {
-                    responded.store(true, Ordering::SeqCst);
+                    if !slot.close() {
+                        // The cancel went out first: this response is not used (M3).
+                        break Ok(());
+                    }
                     if matches!(response, Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_)))) {
                         self.client.mark_up(&peer);
                     }
