@@ -1,4 +1,4 @@
-//! Approval per `shared/spec/cancellation.md` 3.2: each test is named after the statements it
+//! Approval per `docs/spec/cancellation.md` 3.2: each test is named after the statements it
 //! proves (see `docs/spec-coverage.md`), against the invariant-checking fake server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,4 +1,4 @@
-//! Cancellation per `shared/spec/cancellation.md`: each test is named after the statements it
+//! Cancellation per `docs/spec/cancellation.md`: each test is named after the statements it
 //! proves (see `docs/spec-coverage.md`). Every scenario runs against the fake OpenAI-compatible
 //! server, which checks on each request that every tool call has exactly one result (Y1), and
 //! ends with the same memory and event checks (`check_all`).
