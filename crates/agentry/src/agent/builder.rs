@@ -51,14 +51,9 @@ impl ReActAgentBuilder {
         self
     }
 
-    /// The chat model.
-    pub fn model(self, model: impl ChatModel) -> Self {
-        self.model_arc(Arc::new(model))
-    }
-
-    /// The chat model, shared.
-    pub fn model_arc(mut self, model: Arc<dyn ChatModel>) -> Self {
-        self.model = Some(model);
+    /// The chat model; pass an `Arc` of it to share one model between agents.
+    pub fn model(mut self, model: impl ChatModel) -> Self {
+        self.model = Some(Arc::new(model));
         self
     }
 
@@ -69,15 +64,9 @@ impl ReActAgentBuilder {
         self
     }
 
-    /// The memory (default: [`InMemoryMemory`]).
+    /// The memory (default: [`InMemoryMemory`]); pass an `Arc` of it to keep a handle on it.
     pub fn memory(mut self, memory: impl Memory + 'static) -> Self {
         self.memory = Some(Arc::new(memory));
-        self
-    }
-
-    /// The memory, shared.
-    pub fn memory_arc(mut self, memory: Arc<dyn Memory>) -> Self {
-        self.memory = Some(memory);
         self
     }
 

@@ -79,6 +79,42 @@ pub trait Memory: Send + Sync {
     }
 }
 
+/// A shared memory is a memory: the application can keep a handle on the agent's memory.
+#[async_trait]
+impl<T: Memory + ?Sized> Memory for std::sync::Arc<T> {
+    async fn add(&self, msgs: Vec<Msg>) -> Result<(), MemoryError> {
+        (**self).add(msgs).await
+    }
+
+    async fn messages(&self) -> Result<Vec<Msg>, MemoryError> {
+        (**self).messages().await
+    }
+
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {
+        (**self).delete(ids).await
+    }
+
+    async fn size(&self) -> Result<usize, MemoryError> {
+        (**self).size().await
+    }
+
+    async fn clear(&self) -> Result<(), MemoryError> {
+        (**self).clear().await
+    }
+
+    async fn insert_before(&self, before: &str, msgs: Vec<Msg>) -> Result<(), MemoryError> {
+        (**self).insert_before(before, msgs).await
+    }
+
+    async fn tool_calls(&self) -> Result<Vec<ToolUseBlock>, MemoryError> {
+        (**self).tool_calls().await
+    }
+
+    async fn tool_call_counts(&self) -> Result<BTreeMap<String, usize>, MemoryError> {
+        (**self).tool_call_counts().await
+    }
+}
+
 /// The tool calls in `msgs`, in order.
 pub fn tool_calls(msgs: &[Msg]) -> Vec<ToolUseBlock> {
     msgs.iter().flat_map(|m| m.tool_uses().cloned()).collect()

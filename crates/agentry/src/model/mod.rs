@@ -120,6 +120,21 @@ pub trait ChatModel: Send + Sync + 'static {
     fn chat(&self, request: ChatRequest) -> ChatStream;
 }
 
+/// A shared model is a model: `builder.model(Arc::clone(&model))` lets several agents use one.
+impl<T: ChatModel + ?Sized> ChatModel for Arc<T> {
+    fn model_name(&self) -> &str {
+        (**self).model_name()
+    }
+
+    fn is_streaming(&self) -> bool {
+        (**self).is_streaming()
+    }
+
+    fn chat(&self, request: ChatRequest) -> ChatStream {
+        (**self).chat(request)
+    }
+}
+
 /// Why a model call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -110,3 +110,22 @@ pub trait Tool: Send + Sync + 'static {
     /// cancelled.
     fn call(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext) -> ToolStream;
 }
+
+/// A shared tool is a tool: one tool object can be registered in several toolkits.
+impl<T: Tool + ?Sized> Tool for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn description(&self) -> &str {
+        (**self).description()
+    }
+
+    fn parameters(&self) -> Value {
+        (**self).parameters()
+    }
+
+    fn call(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext) -> ToolStream {
+        Arc::clone(&*self).call(args, ctx)
+    }
+}

@@ -271,14 +271,10 @@ impl Toolkit {
     }
 
     /// Registers a tool with options. Returns the name it was registered under (which differs
-    /// from the tool's own with [`ToolOptions::name`] or [`NamesakeStrategy::Rename`]).
+    /// from the tool's own with [`ToolOptions::name`] or [`NamesakeStrategy::Rename`]). A shared
+    /// tool (`Arc<T>` or `Arc<dyn Tool>`) is a tool too.
     pub fn register_with(&self, tool: impl Tool, options: ToolOptions) -> Result<String, ToolkitError> {
-        self.register_arc(Arc::new(tool), options)
-    }
-
-    /// Registers a shared tool object with options.
-    pub fn register_arc(&self, tool: Arc<dyn Tool>, options: ToolOptions) -> Result<String, ToolkitError> {
-        let prepared = Prepared::new(tool, options)?;
+        let prepared = Prepared::new(Arc::new(tool), options)?;
         let mut registry = self.write();
         let name = registry.insert(prepared)?;
         registry.refresh_schemas();
@@ -646,7 +642,7 @@ mod tests {
     fn with_local_tool() -> Toolkit {
         let toolkit = Toolkit::new();
         toolkit
-            .register_arc(tool("local"), ToolOptions::new())
+            .register_with(tool("local"), ToolOptions::new())
             .unwrap_or_else(|e| panic!("{e}"));
         toolkit
     }

@@ -224,7 +224,7 @@ async fn x6_the_result_is_in_memory_before_tool_finished() {
         });
         let agent = builder(&fake, true, toolkit)
             .parallel_tool_calls(parallel)
-            .memory_arc(memory.clone())
+            .memory(memory.clone())
             .build()
             .unwrap();
         *memory.events.lock().unwrap() = Some(agent.subscribe());
