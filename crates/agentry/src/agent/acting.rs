@@ -88,7 +88,7 @@ impl ReplyCx<'_> {
             .collect();
         let slots = ResultSlots::new(calls.len());
         let mut output = None;
-        if self.inner.parallel_tool_calls && calls.len() > 1 {
+        if self.inner.config.parallel_tool_calls && calls.len() > 1 {
             let runs = calls
                 .into_iter()
                 .zip(records)
@@ -155,7 +155,7 @@ impl ReplyCx<'_> {
         // is refused before anyone is asked.
         let prepared = match finish_function {
             Some(_) => None,
-            None => Some(self.inner.toolkit.prepare(&call)),
+            None => Some(self.inner.config.toolkit.prepare(&call)),
         };
         let policy = match &prepared {
             Some(Ok(prepared)) => prepared.policy().clone(),
@@ -254,7 +254,7 @@ impl ReplyCx<'_> {
         // Record first, then announce (X6, L3): whoever sees the last chunk or `ToolFinished`
         // finds the result in memory.
         let shown = self.wants_events().then(|| msg.clone());
-        let stored = slots.store(self.inner.memory.as_ref(), index, msg).await;
+        let stored = slots.store(self.inner.config.memory.as_ref(), index, msg).await;
         if let Some(shown) = shown {
             self.print(&shown, true).await;
         }
@@ -283,9 +283,9 @@ impl ReplyCx<'_> {
             Arc::clone(record),
             self.progress_fn(),
             user_action,
-            self.inner.settings.cancel_grace,
+            self.inner.config.settings.cancel_grace,
         );
-        let mut chunks = self.inner.toolkit.run(prepared, call, ctx);
+        let mut chunks = self.inner.config.toolkit.run(prepared, call, ctx);
         let started = tokio::time::Instant::now();
         let hard_limit = policy.progress_extends_timeout.map(|max| started + max);
         let mut deadline = policy.timeout.map(|t| started + t);
@@ -347,8 +347,8 @@ impl ReplyCx<'_> {
         }
         let partial = run_on_cancel(
             record.take_on_cancel(),
-            self.inner.settings.on_cancel_budget,
-            &self.inner.on_cancel_slots,
+            self.inner.config.settings.on_cancel_budget,
+            &self.inner.session.on_cancel_slots,
             &record.call_id,
         )
         .await;

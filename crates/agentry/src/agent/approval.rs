@@ -40,6 +40,7 @@ impl ReplyCx<'_> {
         let key = grant_key(&call.name, args, policy.session_scope);
         let grant = self
             .inner
+            .session
             .grants
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -54,7 +55,7 @@ impl ReplyCx<'_> {
                 return self.decline(record, decision, reason, true, DecisionSource::SessionGrant);
             }
             Some(Grant::Allow) => Some(DecisionSource::SessionGrant),
-            None if self.inner.settings.auto_approve_tools && policy.auto_approve => {
+            None if self.inner.config.settings.auto_approve_tools && policy.auto_approve => {
                 Some(DecisionSource::Auto)
             }
             None => None,
@@ -83,6 +84,7 @@ impl ReplyCx<'_> {
         self.requested(call, request, false);
         let deadline = self
             .inner
+            .config
             .settings
             .approval_timeout
             .map(|t| tokio::time::Instant::now() + t);
@@ -151,6 +153,7 @@ impl ReplyCx<'_> {
 
     fn store_grant(&self, key: String, grant: Grant) {
         self.inner
+            .session
             .grants
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::events::EventHub;
 use super::finished::{DEFAULT_FINISHED_CALLS, FinishedCalls};
-use super::{AgentError, AgentHook, AgentInner, ReActAgent, Settings};
+use super::{AgentConfig, AgentError, AgentHook, AgentInner, ReActAgent, SessionState, Settings};
 use crate::memory::{InMemoryMemory, Memory};
 use crate::message::Msg;
 use crate::model::ChatModel;
@@ -156,32 +156,36 @@ impl ReActAgentBuilder {
         }
         Ok(ReActAgent {
             inner: Arc::new(AgentInner {
-                name: self.name.unwrap_or_else(|| "assistant".to_owned()),
-                sys_prompt: self.sys_prompt.filter(|p| !p.is_empty()).map(Msg::system),
-                model,
-                toolkit,
-                memory: self.memory.unwrap_or_else(|| Arc::new(InMemoryMemory::new())),
-                max_iters: self.max_iters.unwrap_or(10),
-                parallel_tool_calls: self.parallel_tool_calls,
+                config: AgentConfig {
+                    name: self.name.unwrap_or_else(|| "assistant".to_owned()),
+                    sys_prompt: self.sys_prompt.filter(|p| !p.is_empty()).map(Msg::system),
+                    model,
+                    toolkit,
+                    memory: self.memory.unwrap_or_else(|| Arc::new(InMemoryMemory::new())),
+                    max_iters: self.max_iters.unwrap_or(10),
+                    parallel_tool_calls: self.parallel_tool_calls,
+                    settings: Settings {
+                        auto_approve_tools: self.auto_approve_tools,
+                        on_cancel_budget: self.on_cancel_budget.unwrap_or(Duration::from_millis(100)),
+                        cancel_grace: self.cancel_grace.unwrap_or(DEFAULT_CANCEL_GRACE),
+                        approval_timeout: self.approval_timeout,
+                        interrupted_note: !self.no_interrupted_note,
+                    },
+                },
+                session: SessionState {
+                    reply_lock: tokio::sync::Mutex::new(()),
+                    active: Mutex::new(None),
+                    finished_calls: Mutex::new(FinishedCalls::new(
+                        self.finished_calls_limit.unwrap_or(DEFAULT_FINISHED_CALLS),
+                    )),
+                    on_cancel_slots: Arc::new(tokio::sync::Semaphore::new(
+                        self.on_cancel_limit.unwrap_or(DEFAULT_ON_CANCEL_LIMIT),
+                    )),
+                    grants: Mutex::new(HashMap::new()),
+                    memory_checked: AtomicBool::new(false),
+                },
                 hooks: RwLock::new(self.hooks.into()),
                 events: Arc::new(EventHub::default()),
-                settings: Settings {
-                    auto_approve_tools: self.auto_approve_tools,
-                    on_cancel_budget: self.on_cancel_budget.unwrap_or(Duration::from_millis(100)),
-                    cancel_grace: self.cancel_grace.unwrap_or(DEFAULT_CANCEL_GRACE),
-                    approval_timeout: self.approval_timeout,
-                    interrupted_note: !self.no_interrupted_note,
-                },
-                reply_lock: tokio::sync::Mutex::new(()),
-                active: Mutex::new(None),
-                finished_calls: Mutex::new(FinishedCalls::new(
-                    self.finished_calls_limit.unwrap_or(DEFAULT_FINISHED_CALLS),
-                )),
-                on_cancel_slots: Arc::new(tokio::sync::Semaphore::new(
-                    self.on_cancel_limit.unwrap_or(DEFAULT_ON_CANCEL_LIMIT),
-                )),
-                grants: Mutex::new(HashMap::new()),
-                memory_checked: AtomicBool::new(false),
             }),
         })
     }

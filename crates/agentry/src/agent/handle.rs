@@ -239,7 +239,7 @@ pub struct AgentHandle {
 impl std::fmt::Debug for AgentHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentHandle")
-            .field("agent", &self.inner.name)
+            .field("agent", &self.inner.config.name)
             .finish()
     }
 }

@@ -121,7 +121,8 @@ pub(crate) struct Settings {
     pub(crate) interrupted_note: bool,
 }
 
-pub(crate) struct AgentInner {
+/// What the builder set: it never changes for the life of the agent.
+pub(crate) struct AgentConfig {
     pub(crate) name: String,
     /// The system prompt as the first message of every prompt (`None` when empty).
     pub(crate) sys_prompt: Option<Msg>,
@@ -130,9 +131,11 @@ pub(crate) struct AgentInner {
     pub(crate) memory: Arc<dyn Memory>,
     pub(crate) max_iters: usize,
     pub(crate) parallel_tool_calls: bool,
-    pub(crate) hooks: RwLock<HookList>,
-    pub(crate) events: Arc<EventHub>,
     pub(crate) settings: Settings,
+}
+
+/// What the agent's replies share and leave behind for the next one.
+pub(crate) struct SessionState {
     /// One reply at a time: replies share memory.
     pub(crate) reply_lock: tokio::sync::Mutex<()>,
     /// The reply running now, for the handle.
@@ -149,13 +152,26 @@ pub(crate) struct AgentInner {
     pub(crate) memory_checked: AtomicBool,
 }
 
+/// An agent: its configuration, its session state, and who listens.
+pub(crate) struct AgentInner {
+    pub(crate) config: AgentConfig,
+    pub(crate) session: SessionState,
+    pub(crate) hooks: RwLock<HookList>,
+    pub(crate) events: Arc<EventHub>,
+}
+
 impl AgentInner {
     pub(crate) fn active_reply(&self) -> Option<Arc<handle::ActiveReply>> {
-        self.active.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.session
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn finished_call(&self, call_id: &str) -> Option<ToolCallState> {
-        self.finished_calls
+        self.session
+            .finished_calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(call_id)
@@ -164,18 +180,19 @@ impl AgentInner {
 
     /// Whether an earlier reply of this agent had a call with this id (among those remembered).
     pub(crate) fn is_finished_call(&self, call_id: &str) -> bool {
-        self.finished_calls
+        self.session
+            .finished_calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains(call_id)
     }
 
     pub(crate) fn memory_is_checked(&self) -> bool {
-        self.memory_checked.load(Ordering::Acquire)
+        self.session.memory_checked.load(Ordering::Acquire)
     }
 
     pub(crate) fn set_memory_checked(&self, checked: bool) {
-        self.memory_checked.store(checked, Ordering::Release);
+        self.session.memory_checked.store(checked, Ordering::Release);
     }
 }
 
@@ -188,10 +205,10 @@ pub struct ReActAgent {
 impl std::fmt::Debug for ReActAgent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReActAgent")
-            .field("name", &self.inner.name)
-            .field("model", &self.inner.model.model_name())
-            .field("max_iters", &self.inner.max_iters)
-            .field("parallel_tool_calls", &self.inner.parallel_tool_calls)
+            .field("name", &self.inner.config.name)
+            .field("model", &self.inner.config.model.model_name())
+            .field("max_iters", &self.inner.config.max_iters)
+            .field("parallel_tool_calls", &self.inner.config.parallel_tool_calls)
             .finish()
     }
 }
@@ -204,17 +221,17 @@ impl ReActAgent {
 
     /// The agent's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.config.name
     }
 
     /// The agent's memory.
     pub fn memory(&self) -> &Arc<dyn Memory> {
-        &self.inner.memory
+        &self.inner.config.memory
     }
 
     /// The agent's toolkit.
     pub fn toolkit(&self) -> &Toolkit {
-        &self.inner.toolkit
+        &self.inner.config.toolkit
     }
 
     /// A handle to cancel calls, cancel the reply, or decide approvals, from anywhere.
@@ -227,6 +244,7 @@ impl ReActAgent {
     /// Forgets every session approval grant (A12, A13).
     pub fn clear_session_grants(&self) {
         self.inner
+            .session
             .grants
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -56,20 +56,20 @@ impl<'a> ReplyCx<'a> {
         structured: Option<StructuredSpec>,
         active: Arc<ActiveReply>,
     ) -> Result<Msg, AgentError> {
-        let _one_at_a_time = inner.reply_lock.lock().await;
+        let _one_at_a_time = inner.session.reply_lock.lock().await;
         let hooks = inner
             .hooks
             .read()
             .map(|h| Arc::clone(&h))
             .unwrap_or_else(|e| Arc::clone(&e.into_inner()));
         let reply_id = active.reply_id.clone();
-        *inner.active.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&active));
+        *inner.session.active.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&active));
         let mut cx = ReplyCx {
             inner,
             active,
             hooks,
             hook_cx: HookContext {
-                agent_name: inner.name.clone(),
+                agent_name: inner.config.name.clone(),
                 reply_id: reply_id.clone(),
                 iteration: 0,
             },
@@ -78,7 +78,7 @@ impl<'a> ReplyCx<'a> {
             last_assistant: None,
             call_ids: HashSet::new(),
         };
-        let span = tracing::info_span!("reply", agent = %inner.name, reply_id = %reply_id);
+        let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
         let outcome = cx.reply(msg, structured.as_ref()).instrument(span).await;
         let stop_reason = match &outcome {
             Ok((_, reason)) => reason.clone(),
@@ -87,11 +87,12 @@ impl<'a> ReplyCx<'a> {
         inner.set_memory_checked(stop_reason == StopReason::Answered || stop_reason == StopReason::MaxIters);
         let calls = cx.active.finish();
         inner
+            .session
             .finished_calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(calls);
-        *inner.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *inner.session.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
         cx.emit_with(|| AgentEvent::ReplyFinished {
             reply_id: reply_id.clone(),
             stop_reason,
@@ -110,13 +111,13 @@ impl<'a> ReplyCx<'a> {
             hook.pre_reply(&self.hook_cx, &mut msg).await;
         }
         if let Some(msg) = msg {
-            self.inner.memory.add(vec![msg]).await?;
+            self.inner.config.memory.add(vec![msg]).await?;
         }
         let mut tool_choice = structured.map(|_| ToolChoice::Required);
         let mut requirement_pending = structured.is_some();
         let mut structured_output = None;
         let mut reply = None;
-        for iteration in 0..self.inner.max_iters {
+        for iteration in 0..self.inner.config.max_iters {
             if self.active.is_cancelled() {
                 break;
             }
@@ -135,7 +136,7 @@ impl<'a> ReplyCx<'a> {
                 if structured_output.is_some() {
                     let texts: Vec<ContentBlock> = reasoning.blocks(BlockKind::Text).cloned().collect();
                     if !texts.is_empty() {
-                        reply = Some(Msg::new(&self.inner.name, Role::Assistant, texts));
+                        reply = Some(Msg::new(&self.inner.config.name, Role::Assistant, texts));
                         break;
                     }
                     self.pending_hints.push(Msg::user(TEXT_AFTER_STRUCTURED_HINT));
@@ -172,8 +173,9 @@ impl<'a> ReplyCx<'a> {
     /// Ends a cancelled reply: the note for the next request (R5), and the last assistant
     /// message of the reply, marked interrupted, as its value (R4).
     async fn interrupted(&mut self) -> Result<(Msg, StopReason), AgentError> {
-        if self.inner.settings.interrupted_note {
+        if self.inner.config.settings.interrupted_note {
             self.inner
+                .config
                 .memory
                 .add(vec![Msg::new(
                     "system",
@@ -185,7 +187,7 @@ impl<'a> ReplyCx<'a> {
         let mut reply = self
             .last_assistant
             .take()
-            .unwrap_or_else(|| Msg::new(&self.inner.name, Role::Assistant, Vec::new()));
+            .unwrap_or_else(|| Msg::new(&self.inner.config.name, Role::Assistant, Vec::new()));
         reply.metadata.insert("interrupted".into(), Value::Bool(true));
         Ok((reply, StopReason::Cancelled))
     }
@@ -196,12 +198,12 @@ impl<'a> ReplyCx<'a> {
         if self.inner.memory_is_checked() {
             return Ok(());
         }
-        let msgs = self.inner.memory.messages().await?;
+        let msgs = self.inner.config.memory.messages().await?;
         if let Err(problem) = check_tool_pairs(&msgs) {
             tracing::warn!(%problem, "memory pairs a tool call wrongly; repairing it");
             let repaired = repair_tool_pairs(msgs);
-            self.inner.memory.clear().await?;
-            self.inner.memory.add(repaired).await?;
+            self.inner.config.memory.clear().await?;
+            self.inner.config.memory.add(repaired).await?;
         }
         self.inner.set_memory_checked(true);
         Ok(())
@@ -219,9 +221,9 @@ impl<'a> ReplyCx<'a> {
             hook.pre_reasoning(&self.hook_cx, &mut tool_choice).await;
         }
         let tools = match structured {
-            None => self.inner.toolkit.json_schemas(),
+            None => self.inner.config.toolkit.json_schemas(),
             Some(spec) => {
-                let mut tools: Vec<ToolSchema> = self.inner.toolkit.json_schemas().to_vec();
+                let mut tools: Vec<ToolSchema> = self.inner.config.toolkit.json_schemas().to_vec();
                 tools.push(spec.schema.clone());
                 tools.into()
             }
@@ -246,7 +248,7 @@ impl<'a> ReplyCx<'a> {
             }
         }
         if !msg.content.is_empty() || !interrupted {
-            self.inner.memory.add(vec![msg.clone()]).await?;
+            self.inner.config.memory.add(vec![msg.clone()]).await?;
             self.last_assistant = Some(msg.clone());
         }
         if printed || !interrupted {
@@ -266,7 +268,7 @@ impl<'a> ReplyCx<'a> {
         } = self.call_model(request).await?;
         if interrupted {
             if !msg.content.is_empty() {
-                self.inner.memory.add(vec![msg.clone()]).await?;
+                self.inner.config.memory.add(vec![msg.clone()]).await?;
                 self.last_assistant = Some(msg.clone());
             }
             if printed {
@@ -275,16 +277,16 @@ impl<'a> ReplyCx<'a> {
             return Ok(None);
         }
         // Stored before it is shown as final, like every message.
-        self.inner.memory.add(vec![msg.clone()]).await?;
+        self.inner.config.memory.add(vec![msg.clone()]).await?;
         self.print(&msg, true).await;
         Ok(Some(msg))
     }
 
     /// System prompt, memory, pending hints (consumed), then `extra`.
     async fn prompt(&mut self, extra: Option<Msg>) -> Result<Vec<Msg>, AgentError> {
-        let history = self.inner.memory.messages().await?;
+        let history = self.inner.config.memory.messages().await?;
         let mut messages = Vec::with_capacity(history.len() + 2 + self.pending_hints.len());
-        messages.extend(self.inner.sys_prompt.clone());
+        messages.extend(self.inner.config.sys_prompt.clone());
         messages.extend(history);
         messages.append(&mut self.pending_hints);
         messages.extend(extra);
@@ -294,15 +296,15 @@ impl<'a> ReplyCx<'a> {
     /// Streams one model call into one assistant message, printing its cumulative states, until
     /// it completes or the reply is cancelled (then the stream is dropped, R3).
     async fn call_model(&mut self, request: ChatRequest) -> Result<ModelOutput, AgentError> {
-        let streaming = self.inner.model.is_streaming();
+        let streaming = self.inner.config.model.is_streaming();
         tracing::debug!(
-            model = self.inner.model.model_name(),
+            model = self.inner.config.model.model_name(),
             messages = request.messages.len(),
             tools = request.tools.len(),
             "model call"
         );
-        let mut stream = self.inner.model.chat(request);
-        let mut msg = Msg::new(&self.inner.name, Role::Assistant, Vec::new());
+        let mut stream = self.inner.config.model.chat(request);
+        let mut msg = Msg::new(&self.inner.config.name, Role::Assistant, Vec::new());
         let mut received = false;
         let mut printed = false;
         loop {
