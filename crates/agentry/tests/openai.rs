@@ -271,3 +271,37 @@ fn misconfiguration_is_reported_before_any_request() {
     let err = OpenAiChatModel::new(OpenAiConfig::new("m").base_url("localhost:8080")).unwrap_err();
     assert!(err.to_string().contains("http"), "{err}");
 }
+
+/// Defect 13: streaming a large argument in small pieces must cost work linear in its size.
+/// Every cumulative item copies the arguments so far, so the sum of the copies (and the number
+/// of items) is what grows quadratically when each delta yields a fresh preview.
+#[tokio::test]
+async fn streamed_arguments_cost_linear_work() {
+    const PIECE: usize = 8;
+    let content = "x".repeat(64 * 1024);
+    let arguments = json!({"path": "big.txt", "content": content}).to_string();
+    let pieces = arguments.len().div_ceil(PIECE);
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("call_big", "write", arguments.clone())]).chunks(pieces));
+    let model = OpenAiChatModel::new(config(&fake, true)).unwrap();
+    let responses = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
+        .await
+        .unwrap();
+    let copied: usize = responses
+        .iter()
+        .flat_map(|r| r.tool_uses())
+        .map(|u| u.raw_input.as_deref().map_or(0, str::len))
+        .sum();
+    assert!(
+        copied <= 16 * arguments.len(),
+        "{} items copied {copied} bytes of arguments for {} bytes streamed in {pieces} pieces",
+        responses.len(),
+        arguments.len()
+    );
+    // Previews still follow the stream: several intermediate items, each a valid object.
+    assert!(responses.len() > 10, "{} items", responses.len());
+    let last = responses.last().unwrap().tool_uses().next().unwrap();
+    assert_eq!(last.input["content"].as_str().map(str::len), Some(64 * 1024));
+    assert_eq!(last.raw_input.as_deref(), Some(arguments.as_str()));
+    fake.assert_no_violations();
+}

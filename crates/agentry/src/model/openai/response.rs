@@ -6,7 +6,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::message::{ContentBlock, ToolUseBlock, new_id};
-use crate::model::{ChatResponse, ChatUsage, ModelError, excerpt, parse_partial_object};
+use crate::model::partial_json::StreamedObject;
+use crate::model::{ChatResponse, ChatUsage, ModelError, excerpt};
 
 const EXCERPT: usize = 300;
 
@@ -256,8 +257,7 @@ struct CallState {
     id: String,
     id_generated: bool,
     name: String,
-    arguments: String,
-    preview: Map<String, Value>,
+    arguments: StreamedObject,
 }
 
 /// Turns a sequence of chunks into cumulative responses.
@@ -335,8 +335,7 @@ impl Accumulator {
                     id: String::new(),
                     id_generated: false,
                     name: String::new(),
-                    arguments: String::new(),
-                    preview: Map::new(),
+                    arguments: StreamedObject::default(),
                 });
                 self.calls.len() - 1
             }
@@ -365,12 +364,10 @@ impl Accumulator {
                     changed = true;
                 }
             }
-            if let Some(arguments) = function.arguments.filter(|a| !a.is_empty()) {
-                call.arguments.push_str(&arguments);
-                if let Some(preview) = parse_partial_object(&call.arguments) {
-                    call.preview = preview;
-                }
-                changed = true;
+            if let Some(arguments) = function.arguments {
+                // Only a refreshed preview is news: a snapshot per delta would copy the whole
+                // arguments each time, quadratic in their size.
+                changed |= call.arguments.push(&arguments);
             }
         }
         changed
@@ -396,13 +393,17 @@ impl Accumulator {
         }
         for call in &self.calls {
             let block = if final_ {
-                finished_call(call.id.clone(), call.name.clone(), call.arguments.clone())
+                finished_call(
+                    call.id.clone(),
+                    call.name.clone(),
+                    call.arguments.text().to_owned(),
+                )
             } else {
                 ToolUseBlock {
                     id: call.id.clone(),
                     name: call.name.clone(),
-                    input: Value::Object(call.preview.clone()),
-                    raw_input: Some(call.arguments.clone()),
+                    input: Value::Object(call.arguments.preview().clone()),
+                    raw_input: Some(call.arguments.text().to_owned()),
                 }
             };
             content.push(ContentBlock::ToolUse(block));
