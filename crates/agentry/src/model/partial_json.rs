@@ -128,7 +128,6 @@ impl StreamedObject {
     }
 
     /// Bytes handed to the JSON parser by previews so far: the work that must stay linear.
-    #[cfg(test)]
     pub(crate) fn preview_bytes(&self) -> usize {
         self.preview_bytes
     }
