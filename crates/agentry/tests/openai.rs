@@ -461,3 +461,27 @@ async fn slow_non_streamed_answer_is_not_cut_by_the_read_timeout() {
     assert_eq!(responses[0].content, vec![ContentBlock::text("late")]);
     assert_eq!(fake.request_count(), 1);
 }
+
+/// The fuzz targets' checks (`fuzz/`), replayed over their committed corpus on stable.
+#[test]
+fn fuzz_corpus_replays_clean() {
+    type Check = fn(&[u8]);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let targets: [(&str, Check); 3] = [
+        ("sse_stream", agentry::model::fuzz::check_sse),
+        ("partial_json", agentry::model::fuzz::check_partial_json),
+        ("arguments_linear", agentry::model::fuzz::check_arguments_linear),
+    ];
+    for (target, check) in targets {
+        let mut files = 0;
+        for entry in std::fs::read_dir(root.join(target)).unwrap() {
+            let path = entry.unwrap().path();
+            let data = std::fs::read(&path).unwrap();
+            if std::panic::catch_unwind(|| check(&data)).is_err() {
+                panic!("{target}: {} fails its check", path.display());
+            }
+            files += 1;
+        }
+        assert!(files >= 5, "{target}: {files} corpus files");
+    }
+}
