@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use agentry::model::{OpenAiConfig, RetryPolicy};
 use anyhow::Context;
@@ -21,9 +22,21 @@ pub struct ModelArgs {
     /// Ask for the whole answer at once instead of streaming it
     #[arg(long)]
     pub no_stream: bool,
-    /// Retries on rate limits (429), server errors (5xx) and connection errors
+    /// Retries on rate limits (429), server errors (5xx), connection errors and streams that
+    /// break before their first event [default: 4]
     #[arg(long, value_name = "N")]
     pub max_retries: Option<u32>,
+    /// Longest wait for a connection to the server, e.g. 10, 2.5s, 500ms, 1m [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub connect_timeout: Option<Duration>,
+    /// Longest silence from a server that streams (before its first byte, or between two)
+    /// [default: 120s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub read_timeout: Option<Duration>,
+    /// Longest a whole model request may take, and so how long an answer without streaming
+    /// may take to arrive [default: 600s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub request_timeout: Option<Duration>,
     /// Config file (JSON) [default: $XDG_CONFIG_HOME/agentry/config.json or ~/.config/agentry/config.json]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -33,8 +46,11 @@ pub struct ModelArgs {
 ///
 /// ```json
 /// {"base_url": "http://127.0.0.1:8080/v1", "model": "qwen2.5", "api_key": "...",
-///  "stream": true, "max_retries": 4, "headers": {"x-org": "me"}, "extra_body": {"temperature": 0}}
+///  "stream": true, "max_retries": 4, "connect_timeout": 10, "read_timeout": "2m",
+///  "request_timeout": 900, "headers": {"x-org": "me"}, "extra_body": {"temperature": 0}}
 /// ```
+///
+/// Timeouts are seconds, or strings with a unit as the flags take them.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
@@ -43,6 +59,12 @@ pub struct ConfigFile {
     api_key: Option<String>,
     stream: Option<bool>,
     max_retries: Option<u32>,
+    #[serde(default, deserialize_with = "duration_field")]
+    connect_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_field")]
+    read_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration_field")]
+    request_timeout: Option<Duration>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
@@ -51,6 +73,44 @@ pub struct ConfigFile {
     pub system_prompt: Option<String>,
     /// Default `max_iters`.
     pub max_iters: Option<usize>,
+}
+
+/// A duration as flags and the config file take it: seconds (`30`, `2.5`), or a number with
+/// a unit (`500ms`, `30s`, `2m`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (try 30, 2.5s, 500ms or 2m)"))?;
+    let seconds = value * scale;
+    if !seconds.is_finite() || seconds <= 0.0 || seconds > 7.0 * 24.0 * 3600.0 {
+        return Err(format!("{text:?} must be more than 0 and at most a week"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn duration_field<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Duration>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Seconds(f64),
+        Text(String),
+    }
+    let text = match Raw::deserialize(de)? {
+        Raw::Seconds(s) => s.to_string(),
+        Raw::Text(t) => t,
+    };
+    parse_duration(&text).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// `$XDG_CONFIG_HOME/agentry` or `~/.config/agentry`: where the default config files live.
@@ -111,6 +171,21 @@ pub fn model_config(args: &ModelArgs, file: &ConfigFile) -> OpenAiConfig {
             ..RetryPolicy::default()
         };
     }
+    for (value, field) in [
+        (
+            args.connect_timeout.or(file.connect_timeout),
+            &mut config.connect_timeout,
+        ),
+        (args.read_timeout.or(file.read_timeout), &mut config.read_timeout),
+        (
+            args.request_timeout.or(file.request_timeout),
+            &mut config.request_timeout,
+        ),
+    ] {
+        if let Some(value) = value {
+            *field = value;
+        }
+    }
     config.headers = file.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     config.extra_body = file.extra_body.clone();
     config
@@ -124,7 +199,8 @@ mod tests {
     fn file_fields_parse_and_unknown_fields_are_refused() {
         let file: ConfigFile = serde_json::from_str(
             r#"{"base_url": "http://h/v1", "model": "m", "stream": false, "headers": {"a": "b"},
-                "extra_body": {"temperature": 0}, "max_iters": 3}"#,
+                "extra_body": {"temperature": 0}, "max_iters": 3, "read_timeout": 5,
+                "request_timeout": "15m", "connect_timeout": "250ms"}"#,
         )
         .unwrap();
         assert_eq!(file.max_iters, Some(3));
@@ -133,6 +209,9 @@ mod tests {
             base_url: None,
             no_stream: false,
             max_retries: Some(0),
+            connect_timeout: None,
+            read_timeout: Some(Duration::from_millis(1500)),
+            request_timeout: None,
             config: None,
         };
         let config = model_config(&args, &file);
@@ -140,6 +219,22 @@ mod tests {
         assert!(!config.stream);
         assert_eq!(config.retry.max_retries, 0);
         assert_eq!(config.headers, vec![("a".to_owned(), "b".to_owned())]);
+        assert_eq!(config.read_timeout, Duration::from_millis(1500), "the flag wins");
+        assert_eq!(config.request_timeout, Duration::from_secs(900));
+        assert_eq!(config.connect_timeout, Duration::from_millis(250));
+        assert!(serde_json::from_str::<ConfigFile>(r#"{"read_timeout": "soon"}"#).is_err());
+        assert!(serde_json::from_str::<ConfigFile>(r#"{"read_timeout": 0}"#).is_err());
         assert!(serde_json::from_str::<ConfigFile>(r#"{"modle": "typo"}"#).is_err());
+    }
+
+    #[test]
+    fn durations_take_seconds_or_a_unit() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2.5s"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["", "ms", "-1", "0", "nan", "1h", "inf"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
     }
 }

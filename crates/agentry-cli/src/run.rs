@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use agentry::agent::{AgentError, ReActAgent};
 use agentry::message::Msg;
-use agentry::model::{ModelError, OpenAiChatModel};
+use agentry::model::{ModelError, OpenAiChatModel, TimeoutLimit};
 use agentry::tool::Toolkit;
 use anyhow::Context;
 use clap::Args;
@@ -132,8 +132,16 @@ pub async fn agent_or_exit(args: &AgentArgs) -> Result<Setup, ExitCode> {
 /// Prints a failed reply's error (with the setup hint when the server is unreachable).
 pub fn report_error(e: &AgentError) {
     eprintln!("error: {e}");
-    if let AgentError::Model(ModelError::Connect { .. } | ModelError::Timeout { .. }) = e {
-        eprintln!("{SETUP_HINT}");
+    match e {
+        AgentError::Model(
+            ModelError::Connect { .. }
+            | ModelError::Timeout {
+                limit: TimeoutLimit::Connect,
+                ..
+            },
+        ) => eprintln!("{SETUP_HINT}"),
+        AgentError::Model(ModelError::Timeout { .. }) => eprintln!("{TIMEOUT_HINT}"),
+        _ => {}
     }
 }
 
@@ -163,6 +171,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     }
 }
+
+const TIMEOUT_HINT: &str = "hint: the server took too long. A server still working may need more time: \
+     --read-timeout (silence while streaming), --request-timeout (the whole answer, and the wait for one \
+     with --no-stream), or the same keys in the config file. A timeout is not retried.";
 
 const SETUP_HINT: &str = "hint: agentry talks to any OpenAI-compatible chat-completions API. Point it at one with \
      --base-url/OPENAI_BASE_URL (e.g. http://127.0.0.1:8080/v1 for llama.cpp's llama-server, \

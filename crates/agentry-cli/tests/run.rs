@@ -171,3 +171,40 @@ async fn config_file_supplies_the_model_settings() {
     assert_eq!(body["temperature"], 0);
     fake.assert_no_violations();
 }
+
+/// Defect 14: `--read-timeout` is honoured and the error names the limit that fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_server_exits_1_naming_the_read_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    // Connections complete in the kernel's backlog and are never answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", silent.local_addr().unwrap());
+    let out = agentry(
+        run_args(&url, dir.path(), &["--read-timeout", "300ms"], "hello"),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("read timeout of 300ms"), "{stderr}");
+    assert!(
+        stderr.contains("--read-timeout"),
+        "the hint names the flag: {stderr}"
+    );
+}
+
+/// Defect 15: a stream without any choice fails as the same answer without streaming does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_streamed_answer_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::raw_sse([
+        "data: {\"id\": \"x\", \"choices\": []}\n\n",
+        "data: [DONE]\n\n",
+    ]));
+    let out = agentry(run_args(&fake.base_url(), dir.path(), &[], "hello"), dir.path()).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the response has no choices"), "{stderr}");
+    fake.assert_no_violations();
+}

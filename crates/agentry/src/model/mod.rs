@@ -5,6 +5,8 @@
 //! one item. The last item of the stream is the complete response (with usage, when the server
 //! reports it). Delta-to-cumulative conversion happens once, in the provider.
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod openai;
 mod partial_json;
 mod retry;
@@ -153,11 +155,13 @@ pub enum ModelError {
         reason: String,
     },
     /// The server did not answer in time.
-    #[error("the model server at {url} did not answer within {timeout:?} (after {attempts} attempt(s))")]
+    #[error("the model server at {url} timed out: {} (after {attempts} attempt(s))", limit.describe(*timeout))]
     Timeout {
         /// Endpoint.
         url: String,
-        /// The limit that was hit.
+        /// Which limit fired.
+        limit: TimeoutLimit,
+        /// Its configured value.
         timeout: Duration,
         /// Attempts made.
         attempts: u32,
@@ -188,6 +192,32 @@ pub enum ModelError {
     /// The connection broke or the stream ended before the response was complete.
     #[error("the model response stream broke off: {0}")]
     Stream(String),
+}
+
+/// The time limits of a model call (see [`OpenAiConfig`] for their defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeoutLimit {
+    /// Connecting to the server (`connect_timeout`).
+    Connect,
+    /// Silence from the server: before the head of a streamed answer, or between two pieces of
+    /// any body (`read_timeout`).
+    Read,
+    /// The whole request, body included; also the wait for an answer that is not streamed,
+    /// since such a server sends nothing until it is ready (`request_timeout`).
+    Request,
+}
+
+impl TimeoutLimit {
+    fn describe(self, timeout: Duration) -> String {
+        match self {
+            TimeoutLimit::Connect => format!("no connection within the connect timeout of {timeout:?}"),
+            TimeoutLimit::Read => format!("nothing received for the read timeout of {timeout:?}"),
+            TimeoutLimit::Request => {
+                format!("the answer took longer than the request timeout of {timeout:?}")
+            }
+        }
+    }
 }
 
 /// The first `max` characters of `s`, with a marker when cut.

@@ -25,45 +25,134 @@ pub fn parse_partial_object(text: &str) -> Option<Map<String, Value>> {
     }
 }
 
+/// How many times the previewed length the arguments must grow before the next preview: each
+/// preview parses everything so far, so refreshing on a geometric schedule keeps the total work
+/// linear (at most `GROWTH + 1` times the final size) where a preview per delta is quadratic.
+const GROWTH: usize = 8;
+
+/// The structure of a JSON text read so far: open containers and whether a string is open.
+/// Fed piece by piece, so each byte is looked at once however the text arrives.
+#[derive(Debug, Default, Clone)]
+struct Scan {
+    /// Closers of the open containers, innermost last.
+    stack: Vec<u8>,
+    in_string: bool,
+    escaped: bool,
+    /// `None` while only whitespace was seen, then whether the text starts with `{`.
+    object: Option<bool>,
+    /// The top-level container was closed.
+    closed: bool,
+}
+
+impl Scan {
+    fn feed(&mut self, bytes: &[u8]) {
+        // Every byte JSON gives a meaning to is ASCII, and no byte of a multi-byte UTF-8
+        // character is, so a byte scan is exact.
+        for &b in bytes {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+                continue;
+            }
+            if self.object.is_none() && !b.is_ascii_whitespace() {
+                self.object = Some(b == b'{');
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' => self.stack.push(b'}'),
+                b'[' => self.stack.push(b']'),
+                b'}' | b']' => self.closed |= self.stack.pop().is_some() && self.stack.is_empty(),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The arguments of one streamed tool call: the text so far and a preview of it as an object,
+/// refreshed only as often as keeps the total work linear in the size of the text.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct StreamedObject {
+    text: String,
+    scan: Scan,
+    preview: Map<String, Value>,
+    previewed_len: usize,
+    preview_bytes: usize,
+}
+
+impl StreamedObject {
+    /// Appends a piece; returns whether the preview was refreshed. It is when the text has
+    /// grown by `1/GROWTH` since the last preview, and when the object was just closed (so a
+    /// consumer that stops reading there holds the complete arguments).
+    pub(crate) fn push(&mut self, piece: &str) -> bool {
+        if piece.is_empty() {
+            return false;
+        }
+        self.text.push_str(piece);
+        let was_closed = self.scan.closed;
+        self.scan.feed(piece.as_bytes());
+        let just_closed = self.scan.closed && !was_closed;
+        let grown = self.text.len() - self.previewed_len;
+        if !just_closed && grown < self.previewed_len / GROWTH {
+            return false;
+        }
+        self.refresh();
+        true
+    }
+
+    fn refresh(&mut self) {
+        self.previewed_len = self.text.len();
+        self.preview_bytes += self.text.len();
+        let parsed = if self.scan.closed {
+            serde_json::from_str::<Value>(&self.text).ok()
+        } else {
+            close_scanned(&self.text, &self.scan).and_then(|closed| serde_json::from_str(&closed).ok())
+        };
+        if let Some(Value::Object(map)) = parsed {
+            self.preview = map;
+        }
+    }
+
+    /// Everything received so far.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The latest preview (empty until one could be recovered).
+    pub(crate) fn preview(&self) -> &Map<String, Value> {
+        &self.preview
+    }
+
+    /// Bytes handed to the JSON parser by previews so far: the work that must stay linear.
+    pub(crate) fn preview_bytes(&self) -> usize {
+        self.preview_bytes
+    }
+}
+
 /// Appends what is missing to make a truncated JSON document complete.
 fn close_partial(text: &str) -> Option<String> {
-    let trimmed = text.trim_start();
-    if !trimmed.starts_with('{') {
+    let mut scan = Scan::default();
+    scan.feed(text.as_bytes());
+    close_scanned(text, &scan)
+}
+
+/// [`close_partial`] for a text whose structure is already scanned.
+fn close_scanned(text: &str, scan: &Scan) -> Option<String> {
+    if scan.object != Some(true) {
         return None;
     }
-    let mut stack: Vec<char> = Vec::new();
-    let mut in_string = false;
-    let mut escaped = false;
-    // Byte offset where the last complete value (or container start) ended, outside strings:
-    // everything after it that cannot stand alone is cut.
-    for ch in trimmed.chars() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if ch == '\\' {
-                escaped = true;
-            } else if ch == '"' {
-                in_string = false;
-            }
-            continue;
-        }
-        match ch {
-            '"' => in_string = true,
-            '{' => stack.push('}'),
-            '[' => stack.push(']'),
-            '}' | ']' => {
-                stack.pop();
-            }
-            _ => {}
-        }
-    }
-    let mut out = trimmed.to_owned();
-    if in_string {
-        if escaped {
+    let mut out = text.trim_start().to_owned();
+    if scan.in_string {
+        if scan.escaped {
             out.pop();
         }
         out.push('"');
     }
+    let stack = &scan.stack;
     // Drop a trailing separator or a key without its value.
     loop {
         let t = out.trim_end();
@@ -71,7 +160,7 @@ fn close_partial(text: &str) -> Option<String> {
             out = stripped.to_owned();
         } else if let Some(stripped) = t.strip_suffix(':') {
             out = strip_last_string(stripped)?;
-        } else if stack.last() == Some(&'}') && ends_with_dangling_key(t) {
+        } else if stack.last() == Some(&b'}') && ends_with_dangling_key(t) {
             out = strip_last_string(t)?;
         } else {
             out.truncate(t.len());
@@ -90,7 +179,7 @@ fn close_partial(text: &str) -> Option<String> {
         out = keep.trim_end().trim_end_matches(',').to_owned();
     }
     for close in stack.iter().rev() {
-        out.push(*close);
+        out.push(char::from(*close));
     }
     Some(out)
 }
@@ -188,5 +277,45 @@ mod tests {
         assert_eq!(parse("[1, 2"), None);
         assert_eq!(parse("hello"), None);
         assert_eq!(parse(""), None);
+    }
+
+    #[test]
+    fn streamed_previews_do_linear_work() {
+        let text = json!({"path": "a.txt", "content": "y".repeat(256 * 1024)}).to_string();
+        let mut streamed = StreamedObject::default();
+        let mut refreshes = 0;
+        for piece in text.as_bytes().chunks(8) {
+            refreshes += usize::from(streamed.push(std::str::from_utf8(piece).unwrap()));
+        }
+        assert!(
+            streamed.preview_bytes() <= (GROWTH + 2) * text.len(),
+            "{} bytes parsed for {} streamed",
+            streamed.preview_bytes(),
+            text.len()
+        );
+        assert!(refreshes < 200, "{refreshes} previews");
+        assert_eq!(streamed.text(), text);
+        assert_eq!(
+            Value::Object(streamed.preview().clone()),
+            serde_json::from_str::<Value>(&text).unwrap()
+        );
+    }
+
+    #[test]
+    fn streamed_previews_match_the_one_shot_parser() {
+        let text = r#"{"a": [1, {"b": "x\"y"}], "c": true, "d": "héllo", "e": -1.5}"#;
+        let mut streamed = StreamedObject::default();
+        for (i, ch) in text.char_indices() {
+            let end = i + ch.len_utf8();
+            if streamed.push(&text[i..end]) {
+                assert_eq!(
+                    Some(streamed.preview().clone()),
+                    parse_partial_object(&text[..end]).or_else(|| Some(streamed.preview().clone())),
+                    "after {:?}",
+                    &text[..end]
+                );
+            }
+        }
+        assert_eq!(parse(text), Some(Value::Object(streamed.preview().clone())));
     }
 }

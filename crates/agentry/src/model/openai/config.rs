@@ -30,13 +30,21 @@ pub struct OpenAiConfig {
     pub stream: bool,
     /// Ask for a usage chunk at the end of streams (`stream_options.include_usage`).
     pub include_usage: bool,
-    /// Limit for connecting.
+    /// Limit for connecting (default 10 s). A connect timeout is retried per [`Self::retry`].
     pub connect_timeout: Duration,
-    /// Limit for a whole request, body included.
+    /// Limit for a whole request, body included (default 600 s). It is also the only limit on
+    /// the wait for an answer that is not streamed: such a server sends nothing until the
+    /// whole answer is ready.
     pub request_timeout: Duration,
-    /// Limit for silence between two reads of the response body.
+    /// Limit for silence from a streaming server: before the head of its answer, and between
+    /// two pieces of any body (default 120 s).
+    ///
+    /// A read or request timeout is not retried: the server has the request, and asking again
+    /// would only start the generation over (or wait on a stuck server once more).
     pub read_timeout: Duration,
-    /// Retries on 429, 5xx and connection errors.
+    /// Retries on 429, 5xx, connection errors and streams that end before their first event
+    /// (default: 4 retries, backoff from 0.5 s doubling up to 30 s, with jitter). A kept-alive
+    /// connection the server had already closed is replaced at once, without using a retry.
     pub retry: RetryPolicy,
     /// Extra HTTP headers sent with every request.
     pub headers: Vec<(String, String)>,
@@ -106,6 +114,18 @@ impl OpenAiConfig {
     /// Sets the retry policy.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the read timeout (longest silence while streaming).
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
         self
     }
 

@@ -6,7 +6,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::message::{ContentBlock, ToolUseBlock, new_id};
-use crate::model::{ChatResponse, ChatUsage, ModelError, excerpt, parse_partial_object};
+use crate::model::partial_json::StreamedObject;
+use crate::model::{ChatResponse, ChatUsage, ModelError, excerpt};
 
 const EXCERPT: usize = 300;
 
@@ -128,10 +129,7 @@ pub(super) fn decode_completion(body: &[u8], time: Duration) -> Result<ChatRespo
         return Err(ModelError::Api(error.message()));
     }
     let Some(choice) = completion.choices.into_iter().next() else {
-        return Err(ModelError::Decode {
-            reason: "the response has no choices".into(),
-            excerpt: excerpt(&String::from_utf8_lossy(body), EXCERPT),
-        });
+        return Err(no_choices(excerpt(&String::from_utf8_lossy(body), EXCERPT)));
     };
     let mut content = Vec::new();
     if let Some(message) = choice.message {
@@ -174,6 +172,15 @@ pub(super) fn decode_completion(body: &[u8], time: Duration) -> Result<ChatRespo
         usage: completion.usage.map(|u| u.into_usage(time)),
         finish_reason: choice.finish_reason,
     })
+}
+
+/// An answer without any choice, streamed or not: there is nothing to show, which must not pass
+/// for an empty answer.
+fn no_choices(excerpt: String) -> ModelError {
+    ModelError::Decode {
+        reason: "the response has no choices".into(),
+        excerpt,
+    }
 }
 
 fn generated_call_id() -> String {
@@ -256,8 +263,7 @@ struct CallState {
     id: String,
     id_generated: bool,
     name: String,
-    arguments: String,
-    preview: Map<String, Value>,
+    arguments: StreamedObject,
 }
 
 /// Turns a sequence of chunks into cumulative responses.
@@ -269,6 +275,11 @@ pub(super) struct Accumulator {
     calls: Vec<CallState>,
     usage: Option<WireUsage>,
     finish_reason: Option<String>,
+    /// Chunks absorbed, and whether any had a choice.
+    chunks: usize,
+    choices_seen: bool,
+    /// Bytes of arguments copied into snapshots (previews count their own work).
+    arguments_copied: usize,
 }
 
 impl Accumulator {
@@ -293,6 +304,8 @@ impl Accumulator {
         if let Some(usage) = chunk.usage {
             self.usage = Some(usage);
         }
+        self.chunks += 1;
+        self.choices_seen |= !chunk.choices.is_empty();
         let mut changed = false;
         for choice in chunk.choices {
             if let Some(reason) = choice.finish_reason {
@@ -335,8 +348,7 @@ impl Accumulator {
                     id: String::new(),
                     id_generated: false,
                     name: String::new(),
-                    arguments: String::new(),
-                    preview: Map::new(),
+                    arguments: StreamedObject::default(),
                 });
                 self.calls.len() - 1
             }
@@ -365,12 +377,10 @@ impl Accumulator {
                     changed = true;
                 }
             }
-            if let Some(arguments) = function.arguments.filter(|a| !a.is_empty()) {
-                call.arguments.push_str(&arguments);
-                if let Some(preview) = parse_partial_object(&call.arguments) {
-                    call.preview = preview;
-                }
-                changed = true;
+            if let Some(arguments) = function.arguments {
+                // Only a refreshed preview is news: a snapshot per delta would copy the whole
+                // arguments each time, quadratic in their size.
+                changed |= call.arguments.push(&arguments);
             }
         }
         changed
@@ -379,6 +389,28 @@ impl Accumulator {
     /// Whether the server said the response is complete.
     pub(super) fn finished(&self) -> bool {
         self.finish_reason.is_some()
+    }
+
+    /// The complete response, or the error of an answer that never had a choice.
+    pub(super) fn finish(&mut self, time: Duration) -> Result<ChatResponse, ModelError> {
+        if !self.choices_seen {
+            return Err(no_choices(format!(
+                "a stream of {} chunk(s) without a choice, then its end",
+                self.chunks
+            )));
+        }
+        Ok(self.snapshot(true, time))
+    }
+
+    /// Bytes of tool-call arguments parsed by previews and copied into snapshots so far: the
+    /// work that must stay linear in the size of the arguments.
+    pub(super) fn argument_work(&self) -> usize {
+        self.arguments_copied
+            + self
+                .calls
+                .iter()
+                .map(|c| c.arguments.preview_bytes())
+                .sum::<usize>()
     }
 
     /// The response so far; `final_` parses tool arguments strictly and attaches usage.
@@ -395,14 +427,19 @@ impl Accumulator {
             });
         }
         for call in &self.calls {
+            self.arguments_copied += call.arguments.text().len();
             let block = if final_ {
-                finished_call(call.id.clone(), call.name.clone(), call.arguments.clone())
+                finished_call(
+                    call.id.clone(),
+                    call.name.clone(),
+                    call.arguments.text().to_owned(),
+                )
             } else {
                 ToolUseBlock {
                     id: call.id.clone(),
                     name: call.name.clone(),
-                    input: Value::Object(call.preview.clone()),
-                    raw_input: Some(call.arguments.clone()),
+                    input: Value::Object(call.arguments.preview().clone()),
+                    raw_input: Some(call.arguments.text().to_owned()),
                 }
             };
             content.push(ContentBlock::ToolUse(block));

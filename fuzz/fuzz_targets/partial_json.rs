@@ -1,0 +1,4 @@
+//! Fuzz target: `agentry::model::fuzz::check_partial_json` (see there for the invariants).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| agentry::model::fuzz::check_partial_json(data));

@@ -1,0 +1,4 @@
+//! Fuzz target: `agentry::model::fuzz::check_sse` (see there for the invariants).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| agentry::model::fuzz::check_sse(data));
