@@ -8,7 +8,7 @@ use agentry::message::Msg;
 use clap::Args;
 
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
-use crate::session::{Outcome, Terminal, terminated};
+use crate::session::{Outcome, Terminal, received};
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
@@ -30,13 +30,14 @@ pub async fn chat(args: ChatArgs) -> ExitCode {
 
 /// Prompts and replies until the user leaves.
 async fn converse(agent: &ReActAgent, terminal: &mut Terminal) -> ExitCode {
+    terminal.take_interrupts();
     eprintln!("agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /exit quits.");
     loop {
         eprint!("{}", terminal.style.cyan("you> "));
         let _ = std::io::stderr().flush();
         let line = tokio::select! {
             line = terminal.input.next() => line,
-            _ = tokio::signal::ctrl_c() => {
+            () = received(&mut terminal.interrupt) => {
                 if terminal.interrupts.press() {
                     eprintln!();
                     return ExitCode::from(EXIT_INTERRUPTED);
@@ -44,7 +45,7 @@ async fn converse(agent: &ReActAgent, terminal: &mut Terminal) -> ExitCode {
                 eprintln!("\n(Ctrl-C again to quit)");
                 continue;
             }
-            () = terminated(&mut terminal.terminate) => {
+            () = received(&mut terminal.terminate) => {
                 eprintln!();
                 return ExitCode::from(EXIT_TERMINATED);
             }

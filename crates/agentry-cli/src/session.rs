@@ -238,6 +238,9 @@ pub struct Terminal {
     pub interrupts: Interrupts,
     /// SIGTERM, registered when the terminal is made so that it never kills agentry outright.
     pub terminate: Option<Signal>,
+    /// SIGINT, registered once a reply or a prompt can take it (before, Ctrl-C just quits). A
+    /// stream keeps a press that comes while nobody awaits it, unlike a fresh `ctrl_c()`.
+    pub interrupt: Option<Signal>,
     /// Lines typed during a reply are kept for the next prompt (chat), not dropped (run).
     keeps_prompts: bool,
     /// A question was shown in full after stdin closed: later ones take one line.
@@ -248,21 +251,23 @@ impl Terminal {
     /// The terminal of one command; `keeps_prompts` for `chat`.
     pub fn new(keeps_prompts: bool) -> Self {
         let style = Style::detect(std::io::stderr().is_terminal());
-        let terminate = match signal(SignalKind::terminate()) {
-            Ok(signal) => Some(signal),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot handle SIGTERM");
-                None
-            }
-        };
+        let terminate = listen(SignalKind::terminate(), "SIGTERM");
         Terminal {
             renderer: Renderer::new(std::io::stdout(), std::io::stderr(), style),
             style,
             input: Input::stdin(),
             interrupts: Interrupts::default(),
             terminate,
+            interrupt: None,
             keeps_prompts,
             closed_question_shown: false,
+        }
+    }
+
+    /// From now on Ctrl-C is handled here (see [`Terminal::interrupt`]).
+    pub fn take_interrupts(&mut self) {
+        if self.interrupt.is_none() {
+            self.interrupt = listen(SignalKind::interrupt(), "Ctrl-C");
         }
     }
 
@@ -396,6 +401,7 @@ impl Terminal {
         let mut question: Option<Question> = None;
         let mut cancelled = false;
         let mut terminating: Option<tokio::time::Instant> = None;
+        self.take_interrupts();
         loop {
             tokio::select! {
                 event = run.next_event() => {
@@ -438,7 +444,7 @@ impl Terminal {
                         (None, None) => {}
                     }
                 }
-                _ = tokio::signal::ctrl_c() => {
+                () = received(&mut self.interrupt) => {
                     if self.interrupts.press() {
                         return Outcome::Quit;
                     }
@@ -449,7 +455,7 @@ impl Terminal {
                     self.say(&self.style.red("⏹ Cancelling the reply… (Ctrl-C again to quit)"));
                     run.cancel();
                 }
-                () = terminated(&mut self.terminate) => {
+                () = received(&mut self.terminate) => {
                     if terminating.is_some() {
                         return Outcome::Terminated;
                     }
@@ -490,8 +496,18 @@ impl Terminal {
     }
 }
 
-/// Resolves on SIGTERM (never when it could not be registered).
-pub async fn terminated(signal: &mut Option<Signal>) {
+fn listen(kind: SignalKind, name: &str) -> Option<Signal> {
+    match signal(kind) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot handle {name}");
+            None
+        }
+    }
+}
+
+/// Resolves when `signal` arrives (never when it could not be registered).
+pub async fn received(signal: &mut Option<Signal>) {
     match signal.as_mut() {
         Some(signal) => {
             if signal.recv().await.is_none() {

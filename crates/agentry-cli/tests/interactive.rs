@@ -193,13 +193,16 @@ async fn a_line_typed_before_the_question_does_not_answer_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_a_tool_runs_cancels_it_like_quitting_and_exits_143() {
     let dir = tempfile::tempdir().unwrap();
-    // Sparse files: cheap to make, slow enough to search that the search is still running
-    // when the signal arrives (the test waits for its first progress line).
+    // Hard links to one 4 MiB text file: cheap to make, each searched on its own, slow enough
+    // together that the search still runs when the signal arrives (the test waits for its
+    // first progress line, then signals at once).
     let tree = dir.path().join("tree");
     std::fs::create_dir(&tree).unwrap();
-    for i in 0..4000 {
-        let file = std::fs::File::create(tree.join(format!("f{i:04}.txt"))).unwrap();
-        file.set_len(4 * 1024 * 1024).unwrap();
+    let line = "the quick brown fox jumps over the lazy dog, again and again and again\n";
+    let text = line.repeat(4 * 1024 * 1024 / line.len());
+    std::fs::write(tree.join("f0000.txt"), text).unwrap();
+    for i in 1..400 {
+        std::fs::hard_link(tree.join("f0000.txt"), tree.join(format!("f{i:04}.txt"))).unwrap();
     }
     let fake = FakeLlm::start().await;
     fake.push(Reply::tool_calls([Call::new(
@@ -213,6 +216,7 @@ async fn sigterm_while_a_tool_runs_cancels_it_like_quitting_and_exits_143() {
     program.terminate();
     let (status, _, err) = program.finish().await;
     assert_eq!(status.code(), Some(143), "{err}");
+    assert!(err.contains("Terminated: cancelling the reply"), "{err}");
     assert!(
         err.contains("✗ The user cancelled the search after"),
         "the tool's on_cancel text is shown: {err}"

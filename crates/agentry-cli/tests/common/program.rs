@@ -143,10 +143,12 @@ impl Program {
         self.signal(rustix::process::Signal::TERM);
     }
 
-    /// Waits for the program to exit, then for its whole output (the reader threads end when
+    /// Waits for the program to exit (stdin still open), then for its whole output (the reader threads end when
     /// the pipes close). Returns the exit status, stdout and stderr.
-    pub async fn finish(mut self) -> (ExitStatus, String, String) {
-        self.stdin = None;
+    pub async fn finish(self) -> (ExitStatus, String, String) {
+        // stdin stays open until the program exited: closing it is an answer of its own (no
+        // decision), which would race with a signal just sent.
+        let _stdin = self.stdin;
         let mut child = self.child;
         let pid = child.id();
         let waited = tokio::task::spawn_blocking(move || {
