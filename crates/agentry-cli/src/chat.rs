@@ -7,8 +7,8 @@ use agentry::agent::ReActAgent;
 use agentry::message::Msg;
 use clap::Args;
 
-use crate::run::{AgentArgs, EXIT_INTERRUPTED, Setup, agent_or_exit, report_error};
-use crate::session::{Outcome, Terminal};
+use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
+use crate::session::{Outcome, Terminal, received};
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
@@ -17,31 +17,37 @@ pub struct ChatArgs {
 }
 
 pub async fn chat(args: ChatArgs) -> ExitCode {
+    // First, so that SIGTERM is handled from now on.
+    let mut terminal = Terminal::new(true);
     let Setup { agent, mcp } = match agent_or_exit(&args.agent).await {
         Ok(setup) => setup,
         Err(code) => return code,
     };
-    let code = converse(&agent).await;
+    let code = converse(&agent, &mut terminal).await;
     mcp.close().await;
     code
 }
 
 /// Prompts and replies until the user leaves.
-async fn converse(agent: &ReActAgent) -> ExitCode {
-    let mut terminal = Terminal::new();
+async fn converse(agent: &ReActAgent, terminal: &mut Terminal) -> ExitCode {
+    terminal.take_interrupts();
     eprintln!("agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /exit quits.");
     loop {
         eprint!("{}", terminal.style.cyan("you> "));
         let _ = std::io::stderr().flush();
         let line = tokio::select! {
             line = terminal.input.next() => line,
-            _ = tokio::signal::ctrl_c() => {
+            () = received(&mut terminal.interrupt) => {
                 if terminal.interrupts.press() {
                     eprintln!();
                     return ExitCode::from(EXIT_INTERRUPTED);
                 }
                 eprintln!("\n(Ctrl-C again to quit)");
                 continue;
+            }
+            () = received(&mut terminal.terminate) => {
+                eprintln!();
+                return ExitCode::from(EXIT_TERMINATED);
             }
         };
         let Some(line) = line else {
@@ -53,6 +59,7 @@ async fn converse(agent: &ReActAgent) -> ExitCode {
             "/exit" | "/quit" => return ExitCode::SUCCESS,
             prompt => match terminal.drive(agent.start_reply(Msg::user(prompt))).await {
                 Outcome::Quit => return ExitCode::from(EXIT_INTERRUPTED),
+                Outcome::Terminated => return ExitCode::from(EXIT_TERMINATED),
                 Outcome::Finished { result: Err(e), .. } => report_error(&e),
                 Outcome::Finished { .. } => {}
             },

@@ -6,11 +6,14 @@ mod config;
 mod mcp;
 mod render;
 mod run;
+mod sanitize;
 mod session;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::field::MakeExt;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,10 +28,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Answer one prompt, using tools, and stream the answer. Ctrl-C cancels the reply.
+    /// Answer one prompt, using tools, and stream the answer. Ctrl-C cancels the reply; SIGTERM
+    /// cancels it and quits.
     Run(run::RunArgs),
     /// Talk with the agent, one prompt after the other. Ctrl-C cancels the current reply;
-    /// twice quits, as do Ctrl-D and /exit.
+    /// twice quits, as do Ctrl-D, /exit and SIGTERM.
     Chat(chat::ChatArgs),
     /// Inspect the configured MCP servers.
     Mcp(mcp::McpArgs),
@@ -39,9 +43,24 @@ fn init_tracing() {
     // rmcp's own logs dump transport internals for failures agentry reports in plain words.
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTRY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
+    // Colour codes only for a terminal: in a log file or a pipe they are noise.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    // Field values quote servers (an error body, a server's stderr): escaped like any other
+    // text that reaches the terminal.
+    let fields = tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = sanitize::line(&format!("{value:?}"));
+        if field.name() == "message" {
+            write!(writer, "{text}")
+        } else {
+            write!(writer, "{field}={text}")
+        }
+    })
+    .delimited(" ");
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .fmt_fields(fields)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_target(false)
         .init();
 }

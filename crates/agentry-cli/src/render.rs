@@ -8,6 +8,8 @@ use std::time::Duration;
 use agentry::agent::{AgentEvent, StopReason, ToolCallState};
 use agentry::message::{ContentBlock, Msg, Role};
 
+use crate::sanitize;
+
 /// Terminal styling, off when the stream is not a terminal or `NO_COLOR` is set.
 #[derive(Clone, Copy)]
 pub struct Style {
@@ -52,7 +54,9 @@ pub struct Renderer<O: Write, E: Write> {
     shown_thinking: HashMap<String, usize>,
     /// Whether stdout is in the middle of a line.
     open_line: bool,
-    /// Tool calls that started: call id → (name, arguments).
+    /// Arguments as the model wrote them, from its finished message: call id → text.
+    sent_args: HashMap<String, String>,
+    /// Tool calls that started: call id → (name, arguments), both shortened and escaped.
     calls: HashMap<String, (String, String)>,
     /// Final results: call id → (summary, is_error).
     results: HashMap<String, (String, bool)>,
@@ -60,7 +64,10 @@ pub struct Renderer<O: Write, E: Write> {
     progress_shown: HashMap<String, std::time::Instant>,
 }
 
+/// Characters shown of arguments, results and progress messages.
 const SUMMARY_CHARS: usize = 120;
+/// Characters shown of a tool name.
+pub const NAME_CHARS: usize = 60;
 
 impl<O: Write, E: Write> Renderer<O, E> {
     pub fn new(out: O, err: E, style: Style) -> Self {
@@ -71,6 +78,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
             shown_text: HashMap::new(),
             shown_thinking: HashMap::new(),
             open_line: false,
+            sent_args: HashMap::new(),
             calls: HashMap::new(),
             results: HashMap::new(),
             progress_shown: HashMap::new(),
@@ -83,9 +91,19 @@ impl<O: Write, E: Write> Renderer<O, E> {
             AgentEvent::ToolStarted {
                 call_id, name, input, ..
             } => {
+                let sent = self.sent_args.remove(call_id);
+                // What runs (after hooks) when it is an object; otherwise what the model sent,
+                // which is what the model is told was wrong.
+                let args = match sent {
+                    Some(sent) if !input.is_object() => sent,
+                    _ => input.to_string(),
+                };
                 self.calls.insert(
                     call_id.clone(),
-                    (name.clone(), one_line(&input.to_string(), SUMMARY_CHARS)),
+                    (
+                        sanitize::short(name, NAME_CHARS),
+                        sanitize::summary(&args, SUMMARY_CHARS),
+                    ),
                 );
                 Ok(())
             }
@@ -132,8 +150,10 @@ impl<O: Write, E: Write> Renderer<O, E> {
         writeln!(
             self.err,
             "{}",
-            self.style
-                .dim(&format!("  ⋯ {name}: {}", one_line(message, SUMMARY_CHARS)))
+            self.style.dim(&format!(
+                "  ⋯ {name}: {}",
+                sanitize::summary(message, SUMMARY_CHARS)
+            ))
         )?;
         self.err.flush()
     }
@@ -151,7 +171,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
                     .collect();
                 let shown = self.shown_thinking.entry(msg.id.clone()).or_insert(0);
                 if let Some(new) = thinking.get(*shown..).filter(|s| !s.is_empty()) {
-                    write!(self.err, "{}", self.style.dim(new))?;
+                    write!(self.err, "{}", self.style.dim(&sanitize::multiline(new)))?;
                     *shown = thinking.len();
                     self.err.flush()?;
                 }
@@ -163,12 +183,17 @@ impl<O: Write, E: Write> Renderer<O, E> {
                     None => format!("\n{text}"),
                 };
                 if !new.is_empty() {
-                    write!(self.out, "{new}")?;
+                    write!(self.out, "{}", sanitize::multiline(&new))?;
                     *shown = text.len();
                     self.open_line = !text.ends_with('\n');
                     self.out.flush()?;
                 }
                 if last {
+                    for call in msg.tool_uses() {
+                        if let Some(raw) = &call.raw_input {
+                            self.sent_args.insert(call.id.clone(), raw.clone());
+                        }
+                    }
                     self.end_line()?;
                 }
                 Ok(())
@@ -176,7 +201,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
             _ => {
                 if last {
                     for result in msg.tool_results() {
-                        let summary = one_line(&result.text(), SUMMARY_CHARS);
+                        let summary = sanitize::summary(&result.text(), SUMMARY_CHARS);
                         self.results.insert(result.id.clone(), (summary, result.is_error));
                     }
                 }
@@ -193,11 +218,10 @@ impl<O: Write, E: Write> Renderer<O, E> {
         duration: Duration,
     ) -> io::Result<()> {
         self.end_line()?;
-        let args = self
+        let (name, args) = self
             .calls
             .remove(call_id)
-            .map(|(_, args)| args)
-            .unwrap_or_default();
+            .unwrap_or_else(|| (sanitize::short(name, NAME_CHARS), String::new()));
         let (summary, is_error) = self.results.remove(call_id).unwrap_or_default();
         let failed = is_error || *state != ToolCallState::Completed;
         let arrow = if failed {
@@ -227,15 +251,6 @@ impl<O: Write, E: Write> Renderer<O, E> {
     }
 }
 
-/// The text on one line, cut to `max` characters.
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
-}
-
 fn format_duration(d: Duration) -> String {
     if d < Duration::from_millis(1) {
         format!("{} µs", d.as_micros())
@@ -262,6 +277,48 @@ mod tests {
             }
         }
         (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+    }
+
+    #[test]
+    fn model_text_is_escaped_however_it_is_split() {
+        let mut m = Msg::assistant("bot", "Hel\u{1b}");
+        let first = AgentEvent::Message {
+            msg: m.clone(),
+            last: false,
+        };
+        m.content = vec![
+            ContentBlock::text("Hel\u{1b}[2Jlo\u{202e}"),
+            ContentBlock::ToolUse(ToolUseBlock {
+                id: "c1".into(),
+                name: "calc\u{1b}[2K\r".into(),
+                input: serde_json::Value::Null,
+                raw_input: Some("[\"\u{1b}]0;t\u{7}\"]".into()),
+            }),
+        ];
+        let second = AgentEvent::Message {
+            msg: m.clone(),
+            last: true,
+        };
+        let events = vec![
+            first,
+            second,
+            AgentEvent::ToolStarted {
+                reply_id: "r".into(),
+                call_id: "c1".into(),
+                name: "calc\u{1b}[2K\r".into(),
+                input: serde_json::Value::Null,
+            },
+            AgentEvent::ToolFinished {
+                reply_id: "r".into(),
+                call_id: "c1".into(),
+                name: "calc\u{1b}[2K\r".into(),
+                state: ToolCallState::Completed,
+                duration: Duration::from_micros(5),
+            },
+        ];
+        let (out, err) = render(&events);
+        assert_eq!(out, "Hel\\e[2Jlo\\u{202e}\n");
+        assert_eq!(err, "⚙ calc\\e[2K\\r([\"\\e]0;t\\a\"]) →  [5 µs]\n");
     }
 
     #[test]
@@ -314,11 +371,5 @@ mod tests {
         let (out, err) = render(&events);
         assert_eq!(out, "Hello\n");
         assert_eq!(err, "⚙ add({\"a\":1}) → 2 more [1.5 ms]\n");
-    }
-
-    #[test]
-    fn long_text_is_cut() {
-        assert_eq!(one_line("a  b\nc", 10), "a b c");
-        assert_eq!(one_line("abcdef", 3), "abc…");
     }
 }

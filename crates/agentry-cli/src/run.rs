@@ -13,12 +13,15 @@ use clap::Args;
 use crate::builtin::register_builtin_tools;
 use crate::config::{ModelArgs, load_config_file, model_config};
 use crate::mcp::{McpServers, load_mcp_servers};
+use crate::sanitize;
 use crate::session::{Outcome, Terminal};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
 const EXIT_CONFIG: u8 = 2;
 /// Exit code after Ctrl-C (128 + SIGINT, as shells report it).
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// Exit code after SIGTERM (128 + SIGTERM).
+pub const EXIT_TERMINATED: u8 = 143;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -121,7 +124,7 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
 /// Builds the agent, or says what is wrong (exit code 2).
 pub async fn agent_or_exit(args: &AgentArgs) -> Result<Setup, ExitCode> {
     build_agent(args).await.map_err(|e| {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", sanitize::multiline(&format!("{e:#}")));
         if e.downcast_ref::<ModelError>().is_some() {
             eprintln!("{SETUP_HINT}");
         }
@@ -131,7 +134,8 @@ pub async fn agent_or_exit(args: &AgentArgs) -> Result<Setup, ExitCode> {
 
 /// Prints a failed reply's error (with the setup hint when the server is unreachable).
 pub fn report_error(e: &AgentError) {
-    eprintln!("error: {e}");
+    // The error may quote the model server's answer.
+    eprintln!("error: {}", sanitize::multiline(&e.to_string()));
     match e {
         AgentError::Model(
             ModelError::Connect { .. }
@@ -146,15 +150,17 @@ pub fn report_error(e: &AgentError) {
 }
 
 pub async fn run(args: RunArgs) -> ExitCode {
+    // First, so that SIGTERM is handled from now on.
+    let mut terminal = Terminal::new(false);
     let Setup { agent, mcp } = match agent_or_exit(&args.agent).await {
         Ok(setup) => setup,
         Err(code) => return code,
     };
-    let mut terminal = Terminal::new();
     let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
     mcp.close().await;
     match outcome {
         Outcome::Quit => ExitCode::from(EXIT_INTERRUPTED),
+        Outcome::Terminated => ExitCode::from(EXIT_TERMINATED),
         Outcome::Finished {
             result: Ok(_),
             cancelled,

@@ -1,132 +1,21 @@
 //! The built `agentry` binary in a conversation: approval prompts answered on stdin, Ctrl-C
-//! (a real SIGINT) during a streamed answer and during a prompt. Each step waits for what the
-//! program printed, never for a fixed time.
+//! (a real SIGINT) during a streamed answer and during a prompt, SIGTERM during a tool. Each step
+//! waits, with a deadline, for what the program printed, never for a fixed time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
 use agentry::tool::{CANCELLED_BEFORE_START, declined_text};
 use agentry_testkit::{Call, FakeLlm, Reply};
+use common::program::Program;
+use common::run_args;
 
-/// A running `agentry` with its output collected as it comes.
-struct Program {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-fn collect(mut from: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let into = Arc::clone(&text);
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = from.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            into.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    text
-}
-
-impl Program {
-    fn start(base_url: &str, workdir: &std::path::Path, prompt: &str) -> Program {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args([
-                "run",
-                "--base-url",
-                base_url,
-                "--model",
-                "m",
-                "--max-retries",
-                "0",
-                "--workdir",
-            ])
-            .arg(workdir)
-            .arg(prompt)
-            .env_remove("OPENAI_BASE_URL")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("AGENTRY_MODEL")
-            .env_remove("OPENAI_MODEL")
-            .env("HOME", workdir)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        let stdin = child.stdin.take();
-        Program {
-            child,
-            stdin,
-            stdout,
-            stderr,
-        }
-    }
-
-    async fn wait_for(&self, stream: &Arc<Mutex<String>>, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !stream.lock().unwrap().contains(what) {
-            assert!(
-                Instant::now() < deadline,
-                "{what:?} never appeared.\nstdout: {}\nstderr: {}",
-                self.stdout.lock().unwrap(),
-                self.stderr.lock().unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    async fn stderr_has(&self, what: &str) {
-        self.wait_for(&self.stderr, what).await;
-    }
-
-    async fn stdout_has(&self, what: &str) {
-        self.wait_for(&self.stdout, what).await;
-    }
-
-    fn type_line(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn close_stdin(&mut self) {
-        self.stdin = None;
-    }
-
-    /// Sends SIGINT, as Ctrl-C in a terminal does.
-    fn interrupt(&self) {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
-    }
-
-    async fn finish(mut self) -> (ExitStatus, String, String) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agentry did not exit: {}",
-                self.stderr.lock().unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        // Let the reader threads take the last bytes.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let out = self.stdout.lock().unwrap().clone();
-        let err = self.stderr.lock().unwrap().clone();
-        (status, out, err)
-    }
+/// `agentry run PROMPT` against the fake model, `workdir` also its HOME.
+fn run(fake: &FakeLlm, workdir: &std::path::Path, prompt: &str) -> Program {
+    Program::start(
+        &run_args(&fake.base_url(), workdir, &["--no-mcp"], prompt),
+        workdir,
+    )
 }
 
 fn write_call() -> Reply {
@@ -153,7 +42,7 @@ async fn a10_a_declined_write_is_not_done_and_the_model_reads_the_reason() {
     let fake = FakeLlm::start().await;
     fake.push(write_call());
     fake.push(Reply::text("Understood, I left it."));
-    let mut program = Program::start(&fake.base_url(), dir.path(), "write hello to notes.txt");
+    let mut program = run(&fake, dir.path(), "write hello to notes.txt");
     program.stderr_has("? Write notes.txt?").await;
     program.stderr_has("│ hello").await;
     program.type_line("n");
@@ -177,7 +66,7 @@ async fn an_approved_write_is_done() {
     let fake = FakeLlm::start().await;
     fake.push(write_call());
     fake.push(Reply::text("Done."));
-    let mut program = Program::start(&fake.base_url(), dir.path(), "write hello to notes.txt");
+    let mut program = run(&fake, dir.path(), "write hello to notes.txt");
     program.stderr_has("? Write notes.txt?").await;
     program.type_line("y");
     let (status, _, err) = program.finish().await;
@@ -191,18 +80,148 @@ async fn an_approved_write_is_done() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a15_closed_input_declines_instead_of_waiting() {
+async fn a15_closed_input_declines_as_no_decision() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeLlm::start().await;
     fake.push(write_call());
     fake.push(Reply::text("OK."));
-    let mut program = Program::start(&fake.base_url(), dir.path(), "write");
+    let mut program = run(&fake, dir.path(), "write");
     program.stderr_has("? Write notes.txt?").await;
     program.close_stdin();
     let (status, _, err) = program.finish().await;
     assert!(status.success(), "{err}");
     assert!(!dir.path().join("notes.txt").exists());
-    assert!(tool_message(&fake, 1, "w").contains("no answer"));
+    assert_eq!(
+        tool_message(&fake, 1, "w"),
+        declined_text(Some("no decision")),
+        "A15: the reason is \"no decision\""
+    );
+    // Printed only for an `ApprovalResolved` whose source is `NoDecision`.
+    assert!(
+        err.contains("no decision: nobody can answer (the input is closed); declined"),
+        "the decision source is no_decision: {err}"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a15_closed_input_shows_the_full_question_once_then_one_line_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([
+        Call::new(
+            "w1",
+            "write_file",
+            r#"{"path": "a.txt", "content": "first preview"}"#,
+        ),
+        Call::new(
+            "w2",
+            "write_file",
+            r#"{"path": "b.txt", "content": "second preview"}"#,
+        ),
+        Call::new(
+            "w3",
+            "write_file",
+            r#"{"path": "c.txt", "content": "third preview"}"#,
+        ),
+    ]));
+    fake.push(Reply::text("OK."));
+    let mut program = run(&fake, dir.path(), "write three files");
+    program.close_stdin();
+    let (status, _, err) = program.finish().await;
+    assert!(status.success(), "{err}");
+    assert_eq!(err.matches("│ first preview").count(), 1, "{err}");
+    assert!(
+        !err.contains("│ second preview") && !err.contains("│ third preview"),
+        "later previews are not reprinted: {err}"
+    );
+    for path in ["b.txt", "c.txt"] {
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.contains(&format!("Write {path}?")))
+                .count(),
+            1,
+            "one line for {path}: {err}"
+        );
+    }
+    for call in ["w1", "w2", "w3"] {
+        assert_eq!(tool_message(&fake, 1, call), declined_text(Some("no decision")));
+    }
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_typed_before_the_question_does_not_answer_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "c",
+        "calculate",
+        r#"{"expression": "6*7"}"#,
+    )]));
+    // The write call is held back until the early line has been read.
+    let gate = agentry_testkit::Gate::new();
+    fake.push(write_call().pause_after(1, gate.clone()));
+    fake.push(Reply::text("Fine."));
+    let mut program = Program::start(&common::chat_args(&fake.base_url(), dir.path()), dir.path());
+    program.stderr_has("you> ").await;
+    program.type_line("work");
+    program.stderr_has("⚙ calculate(").await;
+    // Typed while the reply runs, before any question: must not count as an answer.
+    program.type_line("y");
+    program.stderr_has("typed while the reply runs").await;
+    gate.open();
+    program.stderr_has("? Write notes.txt?").await;
+    program
+        .stderr_has("ignored 1 line typed before this question")
+        .await;
+    program.type_line("n");
+    program.stderr_has("reason for the model").await;
+    program.type_line("");
+    program.stderr_has_n("you> ", 2).await;
+    program.close_stdin();
+    let (status, _, err) = program.finish().await;
+    assert!(status.success(), "{err}");
+    assert!(
+        !dir.path().join("notes.txt").exists(),
+        "the early \"y\" approved the write: {err}"
+    );
+    assert_eq!(tool_message(&fake, 2, "w"), declined_text(None));
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_tool_runs_cancels_it_like_quitting_and_exits_143() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hard links to one 4 MiB text file: cheap to make, each searched on its own, slow enough
+    // together that the search still runs when the signal arrives (the test waits for its
+    // first progress line, then signals at once).
+    let tree = dir.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let line = "the quick brown fox jumps over the lazy dog, again and again and again\n";
+    let text = line.repeat(4 * 1024 * 1024 / line.len());
+    std::fs::write(tree.join("f0000.txt"), text).unwrap();
+    for i in 1..400 {
+        std::fs::hard_link(tree.join("f0000.txt"), tree.join(format!("f{i:04}.txt"))).unwrap();
+    }
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "s",
+        "search_files",
+        r#"{"pattern": "needle", "path": "tree"}"#,
+    )]));
+    fake.push(Reply::text("never asked for"));
+    let program = run(&fake, dir.path(), "find the needle");
+    program.stderr_has("⋯ search_files: searched").await;
+    program.terminate();
+    let (status, _, err) = program.finish().await;
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(err.contains("Terminated: cancelling the reply"), "{err}");
+    assert!(
+        err.contains("✗ The user cancelled the search after"),
+        "the tool's on_cancel text is shown: {err}"
+    );
+    assert_eq!(fake.request_count(), 1, "no model request after SIGTERM");
     fake.assert_no_violations();
 }
 
@@ -216,7 +235,7 @@ async fn r3_ctrl_c_while_the_answer_streams_cancels_and_keeps_what_was_said() {
             .chunks(5)
             .hang_after(3),
     );
-    let program = Program::start(&fake.base_url(), dir.path(), "say hello");
+    let program = run(&fake, dir.path(), "say hello");
     program.stdout_has("Hello there").await;
     program.interrupt();
     let (status, out, err) = program.finish().await;
@@ -235,7 +254,7 @@ async fn p2_ctrl_c_at_an_approval_prompt_withdraws_it_and_says_what_the_model_is
     let fake = FakeLlm::start().await;
     fake.push(write_call());
     fake.push(Reply::text("never asked for"));
-    let program = Program::start(&fake.base_url(), dir.path(), "write");
+    let program = run(&fake, dir.path(), "write");
     program.stderr_has("? Write notes.txt?").await;
     program.interrupt();
     let (status, _, err) = program.finish().await;

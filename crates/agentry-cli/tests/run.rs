@@ -208,3 +208,95 @@ async fn empty_streamed_answer_exits_1() {
     assert!(stderr.contains("the response has no choices"), "{stderr}");
     fake.assert_no_violations();
 }
+
+/// Control characters a terminal acts on: C0 (but newline and tab), DEL, C1, and the bidi
+/// overrides that reorder what is shown.
+fn terminal_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_text_cannot_drive_the_terminal_and_long_names_are_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    let long_name = format!("\u{1b}[2K\r{}", "x".repeat(5000));
+    fake.push(
+        Reply::tool_calls([
+            Call::new(
+                "w",
+                "write_file",
+                r#"{"path": "\u001b[2K\rnotes.txt", "content": "line one\u001b[1A\u001b[2K\r\u202eevil\u009b31m"}"#,
+            ),
+            Call::new("c", "calculate", "{\"expression\": \"1+1\u{1b}[2K\r\"}"),
+            Call::new("l", long_name.as_str(), "{}"),
+        ])
+        .with_text("Sure\u{1b}]0;pwned\u{7}."),
+    );
+    fake.push(Reply::text("Done\u{1b}[2J\u{1b}[H, really\u{7f}.\n"));
+    let out = agentry(run_args(&fake.base_url(), dir.path(), &[], "go"), dir.path()).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(terminal_controls(&stdout), [], "stdout: {stdout:?}");
+    assert_eq!(terminal_controls(&stderr), [], "stderr: {stderr:?}");
+    assert!(
+        stdout.contains("Sure\\e]0;pwned\\a.") && stdout.contains("Done\\e[2J\\e[H, really\\x7f."),
+        "escaped, still readable: {stdout:?}"
+    );
+    assert!(stderr.contains("Write \\e[2K\\rnotes.txt?"), "{stderr}");
+    assert!(
+        stderr.len() < 4000,
+        "a 5000-character name is cut: {} bytes\n{stderr}",
+        stderr.len()
+    );
+    assert!(stderr.contains("… (5005 chars)"), "{stderr}");
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_line_shows_arguments_as_the_model_sent_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([
+        Call::new("a", "calculate", r#""6*7""#),
+        Call::new("b", "calculate", "[1, 2]"),
+    ]));
+    fake.push(Reply::text("ok"));
+    let out = agentry(run_args(&fake.base_url(), dir.path(), &[], "go"), dir.path()).await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("⚙ calculate(\"6*7\") ✗"), "{stderr}");
+    assert!(stderr.contains("⚙ calculate([1, 2]) ✗"), "{stderr}");
+    assert!(!stderr.contains("calculate(null)"), "{stderr}");
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warnings_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    // The server's text in the warning carries escapes of its own.
+    fake.push(
+        Reply::status(503)
+            .header("retry-after", "0")
+            .body("busy \u{1b}[31mred\u{1b}]0;title\u{7}"),
+    );
+    fake.push(Reply::text("second time lucky"));
+    let mut args = run_args(&fake.base_url(), dir.path(), &[], "hi");
+    let retries = args.iter().position(|a| a == "--max-retries").unwrap();
+    args[retries + 1] = "1".into();
+    let mut command = common::command(&args, dir.path());
+    command.env_remove("NO_COLOR");
+    let out = common::output(command).await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("WARN"), "a retry warning is shown: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    assert!(!stderr.contains('\u{7}'), "{stderr:?}");
+    fake.assert_no_violations();
+}

@@ -619,6 +619,50 @@ async fn a15_nobody_to_decide_or_no_decision_in_time_declines() {
 }
 
 #[tokio::test]
+async fn a15_a16_a_front_end_without_a_decider_declines_as_no_decision() {
+    let (fake, toolkit, probe) = setup(
+        vec![call("g", "guarded", json!({})), call("h", "guarded", json!({}))],
+        guarded(),
+    )
+    .await;
+    let agent = new_agent(&fake, toolkit);
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    driver.wait_for("asked", asked("g")).await;
+    handle.decide_no_decision("g").unwrap();
+    assert_eq!(
+        handle.decide("g", ApprovalDecision::Approve),
+        Err(ApprovalError::NotPending("g".into())),
+        "the first decision wins (A16)"
+    );
+    assert_eq!(
+        handle.decide_no_decision("g"),
+        Err(ApprovalError::NotPending("g".into()))
+    );
+    driver.wait_for("asked", asked("h")).await;
+    handle.decide("h", ApprovalDecision::Approve).unwrap();
+    assert_eq!(
+        handle.decide_no_decision("h"),
+        Err(ApprovalError::NotPending("h".into())),
+        "A16 the other way round"
+    );
+    let (_, events) = driver.finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(
+        approval_events(&events, "g"),
+        [
+            "requested automatic=false",
+            "resolved Decline { reason: Some(\"no decision\") } automatic=true NoDecision"
+        ]
+    );
+    assert_eq!(stored(&memory, "g").0, declined_text(Some("no decision")));
+    assert_eq!(stored(&memory, "g").2["tool_call"]["decision"], "no_decision");
+    assert_eq!(stored(&memory, "h").2["tool_call"]["decision"], "user");
+    assert_eq!(probe.runs(), 1, "only the approved call ran");
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
 async fn a17_calls_without_approval_do_not_wait_in_parallel_and_queue_in_order_otherwise() {
     // Parallel: the free call finishes while the guarded one still waits.
     let (fake, toolkit, _probe) = setup(

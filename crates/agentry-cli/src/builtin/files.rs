@@ -13,6 +13,9 @@ pub const MAX_ENTRIES: usize = 1000;
 pub const MAX_FILE_BYTES: u64 = 5 * 1024 * 1024;
 /// Lines `read_file` returns when no limit is given.
 pub const DEFAULT_LINES: usize = 400;
+/// Bytes `read_file` returns at most in one call, whatever `limit` asks: a model's context is
+/// not the place for a 5 MiB file in one piece.
+pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 
 /// Symbolic links followed at most while resolving one path (as Linux's limit).
 const MAX_LINK_HOPS: usize = 40;
@@ -224,10 +227,41 @@ impl Sandbox {
                 lines.len()
             ));
         }
-        let end = (offset - 1).saturating_add(limit).min(lines.len());
-        let mut out = lines[offset - 1..end].join("\n");
+        let asked_end = (offset - 1).saturating_add(limit).min(lines.len());
+        let mut out = String::new();
+        let mut end = offset - 1;
+        let mut capped = None;
+        for line in &lines[offset - 1..asked_end] {
+            let needed = line.len() + usize::from(!out.is_empty());
+            if out.len() + needed > MAX_OUTPUT_BYTES {
+                capped = Some(format!("at most {MAX_OUTPUT_BYTES} bytes are returned at once"));
+                if out.is_empty() {
+                    // One line longer than the cap: its start, so that the call still helps.
+                    let cut = (0..=MAX_OUTPUT_BYTES)
+                        .rev()
+                        .find(|&i| line.is_char_boundary(i))
+                        .unwrap_or(0);
+                    out.push_str(&line[..cut]);
+                    end += 1;
+                    capped = Some(format!(
+                        "line {end} is {} bytes; only its first {cut} are shown",
+                        line.len()
+                    ));
+                }
+                break;
+            }
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(line);
+            end += 1;
+        }
         if offset > 1 || end < lines.len() {
-            out.push_str(&format!("\n[lines {offset}-{end} of {}", lines.len()));
+            out.push_str("\n[");
+            if let Some(capped) = capped {
+                out.push_str(&format!("{capped}; "));
+            }
+            out.push_str(&format!("lines {offset}-{end} of {}", lines.len()));
             if end < lines.len() {
                 out.push_str(&format!("; call read_file with offset={} to read more", end + 1));
             }
@@ -471,6 +505,45 @@ mod tests {
         fs::write(dir.path().join("empty.txt"), "").unwrap();
         assert_eq!(read(&s, "empty.txt", 1, 10).unwrap(), "[empty.txt is empty]");
         assert_eq!(read(&s, "src/deep/../main.rs", 1, 10).unwrap(), "fn main() {}");
+    }
+
+    #[test]
+    fn output_is_capped_in_bytes_and_says_how_to_go_on() {
+        let (dir, s) = sandbox();
+        let wide = "y".repeat(10 * 1024);
+        let text: String = (0..400).map(|_| format!("{wide}\n")).collect();
+        fs::write(dir.path().join("wide.txt"), &text).unwrap();
+        let out = read(&s, "wide.txt", 1, 400).unwrap();
+        assert!(out.len() <= MAX_OUTPUT_BYTES + 200, "{} bytes", out.len());
+        assert_eq!(out.lines().filter(|l| l.starts_with('y')).count(), 25);
+        assert!(
+            out.ends_with(
+                "\n[at most 262144 bytes are returned at once; lines 1-25 of 400; call read_file with \
+                 offset=26 to read more]"
+            ),
+            "{}",
+            &out[out.len() - 200..]
+        );
+        let next = read(&s, "wide.txt", 26, 400).unwrap();
+        assert!(
+            next.contains("; lines 26-50 of 400;"),
+            "{}",
+            &next[next.len() - 200..]
+        );
+
+        let huge = format!("{}\nsecond\n", "z".repeat(1024 * 1024));
+        fs::write(dir.path().join("one.txt"), huge).unwrap();
+        let out = read(&s, "one.txt", 1, 10).unwrap();
+        assert!(out.len() <= MAX_OUTPUT_BYTES + 200, "{} bytes", out.len());
+        assert!(
+            out.ends_with(
+                "\n[line 1 is 1048576 bytes; only its first 262144 are shown; lines 1-1 of 2; call \
+                 read_file with offset=2 to read more]"
+            ),
+            "{}",
+            &out[out.len() - 200..]
+        );
+        assert_eq!(read(&s, "one.txt", 2, 10).unwrap(), "second\n[lines 2-2 of 2]");
     }
 
     #[test]

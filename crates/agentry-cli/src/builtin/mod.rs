@@ -132,7 +132,8 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Resu
          Paths are relative to the working directory; nothing outside it can be read. Returns at most \
          `limit` lines (default 400) starting at line `offset` (1-based, default 1); when the file has \
          more lines, a final note like '[lines 1-400 of 1234; call read_file with offset=401 to read \
-         more]' says how to continue. Binary files, directories and files over 5 MiB are refused; use \
+         more]' says how to continue; at most 256 KiB are returned at once (a longer line is cut, and \
+         the note says so). Binary files, directories and files over 5 MiB are refused; use \
          list_files to find files.",
         move |args: ReadArgs, _ctx| {
             let sandbox = read_box.clone();

@@ -205,6 +205,34 @@ impl ActiveReply {
         }
     }
 
+    /// Declines one pending call as "no decision" (A15), in the way [`Self::decline_pending`]
+    /// does for all: the waiting call wakes up when its sender is dropped here.
+    fn decide_no_decision(&self, hub: &EventHub, call_id: &str) -> Result<(), ApprovalError> {
+        let not_pending = || ApprovalError::NotPending(call_id.to_owned());
+        // Taking the sender is the decision: whoever takes it first wins (A16).
+        let sender = self.state().approvals.remove(call_id).ok_or_else(not_pending)?;
+        let record = self.call(call_id).ok_or_else(not_pending)?;
+        let reason = Some("no decision".to_owned());
+        if !record.finish(ToolCallState::Declined {
+            reason: reason.clone(),
+        }) {
+            // Cancelled meanwhile: the cancel won.
+            return Err(not_pending());
+        }
+        self.emit(
+            hub,
+            AgentEvent::ApprovalResolved {
+                reply_id: self.reply_id.clone(),
+                call_id: call_id.to_owned(),
+                decision: ApprovalDecision::Decline { reason },
+                automatic: true,
+                source: DecisionSource::NoDecision,
+            },
+        );
+        drop(sender);
+        Ok(())
+    }
+
     /// Marks the reply over; returns the terminal states of its calls.
     pub(crate) fn finish(&self) -> Vec<(String, ToolCallState)> {
         let mut state = self.state();
@@ -276,6 +304,17 @@ impl AgentHandle {
     pub fn decide(&self, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
         match self.inner.active_reply() {
             Some(reply) => reply.decide(call_id, decision),
+            None => Err(ApprovalError::NotPending(call_id.to_owned())),
+        }
+    }
+
+    /// Declines a pending call because nobody can decide it, e.g. a front end whose input is
+    /// closed: the call becomes `Declined { reason: "no decision" }` with the decision source
+    /// `NoDecision`, as when the approval channel closes (A15). Like [`Self::decide`], the first
+    /// decision wins and a call that is not pending is refused (A16).
+    pub fn decide_no_decision(&self, call_id: &str) -> Result<(), ApprovalError> {
+        match self.inner.active_reply() {
+            Some(reply) => reply.decide_no_decision(&self.inner.events, call_id),
             None => Err(ApprovalError::NotPending(call_id.to_owned())),
         }
     }
