@@ -3,7 +3,7 @@
 //! waits, with a deadline, for what the program printed, never for a fixed time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use agentry::tool::{CANCELLED_BEFORE_START, declined_text};
 use agentry_testkit::{Call, FakeLlm, Reply};

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::{agentry, run_args, text};

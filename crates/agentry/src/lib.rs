@@ -14,6 +14,7 @@
 extern crate self as agentry;
 
 pub mod agent;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod memory;
 pub mod message;
@@ -43,6 +44,7 @@ pub mod __private {
 
 /// The error and its sources, "a: b: c" (a source already in the text is not repeated), so a
 /// connection refusal says what was refused.
+#[cfg(any(feature = "openai", feature = "mcp"))]
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut out = error.to_string();
     let mut source = error.source();

@@ -2,7 +2,7 @@
 //! proves (see `docs/spec-coverage.md`), against the invariant-checking fake server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

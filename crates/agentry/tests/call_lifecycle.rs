@@ -3,7 +3,7 @@
 //! racing a timeout, and the bounds of what an agent keeps (spec S3, A1, C4, X6, T3, X10).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! ends with the same memory and event checks (`check_all`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 // The statements with longer proofs, one module per part of the spec.
 #[path = "cancellation/execution.rs"]

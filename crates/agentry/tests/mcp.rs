@@ -3,7 +3,7 @@
 //! local tools: content mapping, errors as results, crashes, restarts, tool-list changes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

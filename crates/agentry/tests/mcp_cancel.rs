@@ -4,7 +4,7 @@
 //! `mcp-server-fetch`, which honours them). Each test is named after the statements it proves.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! servers, retries and errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 #[path = "openai/raw_server.rs"]
 mod raw_server;
 

@@ -5,14 +5,22 @@
 //! one item. The last item of the stream is the complete response (with usage, when the server
 //! reports it). Delta-to-cumulative conversion happens once, in the provider.
 
+mod accumulate;
 #[doc(hidden)]
+#[cfg(feature = "openai")]
 pub mod fuzz;
+#[cfg(feature = "openai")]
 pub mod openai;
 mod partial_json;
+
+pub use accumulate::{CallDelta, DeltaAccumulator};
+#[cfg(feature = "openai")]
 mod retry;
 
+#[cfg(feature = "openai")]
 pub use openai::{OpenAiChatModel, OpenAiConfig};
 pub use partial_json::parse_partial_object;
+#[cfg(feature = "openai")]
 pub use retry::RetryPolicy;
 
 use std::sync::Arc;
@@ -221,6 +229,7 @@ impl TimeoutLimit {
 }
 
 /// The first `max` characters of `s`, with a marker when cut.
+#[cfg_attr(not(feature = "openai"), allow(dead_code))]
 pub(crate) fn excerpt(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((cut, _)) => format!("{}… ({} bytes in all)", &s[..cut], s.len()),

@@ -41,6 +41,7 @@ mod runner;
 pub(crate) mod schema;
 mod toolkit;
 
+#[cfg(feature = "macros")]
 pub use agentry_macros::tool;
 pub(crate) use approval::grant_key;
 pub use approval::{

@@ -12,6 +12,7 @@ use super::toolkit::{BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, Tool
 use super::{Tool, meta};
 use crate::model::ToolSchema;
 
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))] // the source is an MCP server for now
 pub(super) struct RegisteredTool {
     pub(super) name: String,
     pub(super) group: String,
@@ -25,6 +26,7 @@ pub(super) struct RegisteredTool {
 }
 
 #[derive(Default)]
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))] // watchers follow MCP servers
 pub(super) struct Registry {
     pub(super) tools: Vec<Arc<RegisteredTool>>,
     pub(super) index: HashMap<String, usize>,

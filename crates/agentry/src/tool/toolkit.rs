@@ -168,6 +168,7 @@ impl ToolOptions {
     }
 
     /// Where the tool comes from (e.g. `mcp:server`), so all of a source's tools can go at once.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn source(mut self, source: String) -> Self {
         self.source = Some(source);
         self
@@ -284,6 +285,7 @@ impl Toolkit {
     /// Replaces every tool of `source` with `tools` in one step: a call or a model request in
     /// the meantime sees either the old set or the new one, never a toolkit without them. On an
     /// error nothing changes.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn replace_source(
         &self,
         source: &str,
@@ -337,6 +339,7 @@ impl Toolkit {
     }
 
     /// Removes every tool of a source; returns how many.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn remove_source(&self, source: &str) -> usize {
         let mut registry = self.write();
         let before = registry.tools.len();
@@ -350,6 +353,7 @@ impl Toolkit {
     }
 
     /// Keeps the task following a source's tool list (replacing and stopping an older one).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn set_watcher(&self, source: String, task: tokio::task::AbortHandle) {
         if let Some(old) = self.write().watchers.insert(source, task) {
             old.abort();
@@ -357,6 +361,7 @@ impl Toolkit {
     }
 
     /// Stops following a source's tool list.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn stop_watcher(&self, source: &str) {
         if let Some(task) = self.write().watchers.remove(source) {
             task.abort();

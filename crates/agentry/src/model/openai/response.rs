@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::message::{ContentBlock, ToolUseBlock, new_id};
-use crate::model::partial_json::StreamedObject;
+use crate::message::{ContentBlock, new_id};
+use crate::model::accumulate::{CallDelta, DeltaAccumulator, finished_call};
 use crate::model::{ChatResponse, ChatUsage, ModelError, excerpt};
 
 const EXCERPT: usize = 300;
@@ -187,24 +187,6 @@ fn generated_call_id() -> String {
     format!("call_{}", new_id())
 }
 
-/// A complete tool call: arguments parsed, `input` null when they are not a JSON object.
-fn finished_call(id: String, name: String, raw: String) -> ToolUseBlock {
-    let input = if raw.trim().is_empty() {
-        Value::Object(Map::new())
-    } else {
-        match serde_json::from_str::<Value>(&raw) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => Value::Null,
-        }
-    };
-    ToolUseBlock {
-        id,
-        name,
-        input,
-        raw_input: Some(raw),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Streamed responses
 
@@ -258,28 +240,14 @@ struct FunctionDelta {
     arguments: Option<String>,
 }
 
-struct CallState {
-    index: Option<u32>,
-    id: String,
-    id_generated: bool,
-    name: String,
-    arguments: StreamedObject,
-}
-
-/// Turns a sequence of chunks into cumulative responses.
+/// Turns a sequence of chunks into cumulative responses, through the provider-neutral
+/// [`DeltaAccumulator`].
 #[derive(Default)]
 pub(super) struct Accumulator {
-    id: String,
-    thinking: String,
-    text: String,
-    calls: Vec<CallState>,
-    usage: Option<WireUsage>,
-    finish_reason: Option<String>,
+    acc: DeltaAccumulator,
     /// Chunks absorbed, and whether any had a choice.
     chunks: usize,
     choices_seen: bool,
-    /// Bytes of arguments copied into snapshots (previews count their own work).
-    arguments_copied: usize,
 }
 
 impl Accumulator {
@@ -296,99 +264,45 @@ impl Accumulator {
         if let Some(error) = chunk.error {
             return Err(ModelError::Api(error.message()));
         }
-        if self.id.is_empty()
-            && let Some(id) = chunk.id
-        {
-            self.id = id;
+        if let Some(id) = chunk.id {
+            self.acc.set_id(id);
         }
         if let Some(usage) = chunk.usage {
-            self.usage = Some(usage);
+            self.acc.set_usage(usage.into_usage(Duration::ZERO));
         }
         self.chunks += 1;
         self.choices_seen |= !chunk.choices.is_empty();
         let mut changed = false;
         for choice in chunk.choices {
             if let Some(reason) = choice.finish_reason {
-                self.finish_reason = Some(reason);
+                self.acc.set_finish_reason(reason);
             }
             let Some(delta) = choice.delta else { continue };
-            if let Some(t) = delta
-                .reasoning_content
-                .or(delta.reasoning)
-                .filter(|t| !t.is_empty())
-            {
-                self.thinking.push_str(&t);
-                changed = true;
+            if let Some(t) = delta.reasoning_content.or(delta.reasoning) {
+                changed |= self.acc.push_thinking(&t);
             }
-            if let Some(t) = delta.content.filter(|t| !t.is_empty()) {
-                self.text.push_str(&t);
-                changed = true;
+            if let Some(t) = delta.content {
+                changed |= self.acc.push_text(&t);
             }
             for call in delta.tool_calls.unwrap_or_default() {
-                changed |= self.absorb_call(call);
+                let (name, arguments) = match call.function {
+                    Some(f) => (f.name, f.arguments),
+                    None => (None, None),
+                };
+                changed |= self.acc.push_call(CallDelta {
+                    index: call.index,
+                    id: call.id,
+                    name,
+                    arguments,
+                });
             }
         }
         Ok(changed)
     }
 
-    fn absorb_call(&mut self, delta: ToolCallDelta) -> bool {
-        let id = delta.id.filter(|id| !id.is_empty());
-        let slot = match delta.index {
-            Some(index) => self.calls.iter().position(|c| c.index == Some(index)),
-            None => match &id {
-                Some(id) => self.calls.iter().position(|c| &c.id == id),
-                None => self.calls.len().checked_sub(1),
-            },
-        };
-        let slot = match slot {
-            Some(slot) => slot,
-            None => {
-                self.calls.push(CallState {
-                    index: delta.index,
-                    id: String::new(),
-                    id_generated: false,
-                    name: String::new(),
-                    arguments: StreamedObject::default(),
-                });
-                self.calls.len() - 1
-            }
-        };
-        let Some(call) = self.calls.get_mut(slot) else {
-            return false;
-        };
-        let mut changed = false;
-        if let Some(id) = id {
-            if call.id.is_empty() || call.id_generated {
-                call.id = id;
-                call.id_generated = false;
-            }
-        } else if call.id.is_empty() {
-            call.id = generated_call_id();
-            call.id_generated = true;
-        }
-        if let Some(function) = delta.function {
-            if let Some(name) = function.name.filter(|n| !n.is_empty()) {
-                // Some servers repeat the whole name in every chunk; OpenAI sends it once.
-                if call.name.is_empty() || name.starts_with(call.name.as_str()) {
-                    changed |= call.name != name;
-                    call.name = name;
-                } else if !call.name.ends_with(name.as_str()) {
-                    call.name.push_str(&name);
-                    changed = true;
-                }
-            }
-            if let Some(arguments) = function.arguments {
-                // Only a refreshed preview is news: a snapshot per delta would copy the whole
-                // arguments each time, quadratic in their size.
-                changed |= call.arguments.push(&arguments);
-            }
-        }
-        changed
-    }
-
     /// Whether the server said the response is complete.
     pub(super) fn finished(&self) -> bool {
-        self.finish_reason.is_some()
+        self.acc.is_finished()
     }
 
     /// The complete response, or the error of an answer that never had a choice.
@@ -399,60 +313,20 @@ impl Accumulator {
                 self.chunks
             )));
         }
-        Ok(self.snapshot(true, time))
+        Ok(self.acc.finish_at(time))
     }
 
-    /// Bytes of tool-call arguments parsed by previews and copied into snapshots so far: the
-    /// work that must stay linear in the size of the arguments.
+    /// Bytes of tool-call arguments parsed by previews and copied into snapshots so far.
     pub(super) fn argument_work(&self) -> usize {
-        self.arguments_copied
-            + self
-                .calls
-                .iter()
-                .map(|c| c.arguments.preview_bytes())
-                .sum::<usize>()
+        self.acc.argument_work()
     }
 
     /// The response so far; `final_` parses tool arguments strictly and attaches usage.
     pub(super) fn snapshot(&mut self, final_: bool, time: Duration) -> ChatResponse {
-        let mut content = Vec::with_capacity(2 + self.calls.len());
-        if !self.thinking.is_empty() {
-            content.push(ContentBlock::Thinking {
-                thinking: self.thinking.clone(),
-            });
-        }
-        if !self.text.is_empty() {
-            content.push(ContentBlock::Text {
-                text: self.text.clone(),
-            });
-        }
-        for call in &self.calls {
-            self.arguments_copied += call.arguments.text().len();
-            let block = if final_ {
-                finished_call(
-                    call.id.clone(),
-                    call.name.clone(),
-                    call.arguments.text().to_owned(),
-                )
-            } else {
-                ToolUseBlock {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    input: Value::Object(call.arguments.preview().clone()),
-                    raw_input: Some(call.arguments.text().to_owned()),
-                }
-            };
-            content.push(ContentBlock::ToolUse(block));
-        }
-        ChatResponse {
-            id: self.id.clone(),
-            content,
-            usage: if final_ {
-                self.usage.take().map(|u| u.into_usage(time))
-            } else {
-                None
-            },
-            finish_reason: self.finish_reason.clone(),
+        if final_ {
+            self.acc.finish_at(time)
+        } else {
+            self.acc.snapshot()
         }
     }
 }

@@ -1,0 +1,9 @@
+//! Every end-to-end suite of the `agentry` binary, in one test binary. Run one suite with
+//! `cargo test -p agentry-cli --test all run::`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod interactive;
+mod mcp;
+mod run;

@@ -1,0 +1,15 @@
+//! Every end-to-end suite of the library, in one test binary (one link instead of one per suite,
+//! which matters on two cores). Run one suite with `cargo test -p agentry --test all cancellation::`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod agent;
+mod approval;
+mod call_lifecycle;
+mod cancellation;
+mod conformance;
+mod mcp;
+mod mcp_cancel;
+mod openai;
+mod toolkit;
