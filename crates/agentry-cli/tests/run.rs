@@ -242,8 +242,16 @@ async fn model_text_cannot_drive_the_terminal_and_long_names_are_cut() {
     let out = agentry(run_args(&fake.base_url(), dir.path(), &[], "go"), dir.path()).await;
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
-    assert_eq!(terminal_controls(&stdout), Vec::<char>::new(), "stdout: {stdout:?}");
-    assert_eq!(terminal_controls(&stderr), Vec::<char>::new(), "stderr: {stderr:?}");
+    assert_eq!(
+        terminal_controls(&stdout),
+        Vec::<char>::new(),
+        "stdout: {stdout:?}"
+    );
+    assert_eq!(
+        terminal_controls(&stderr),
+        Vec::<char>::new(),
+        "stderr: {stderr:?}"
+    );
     assert!(
         stdout.contains("Sure\\e]0;pwned\\a.") && stdout.contains("Done\\e[2J\\e[H, really\\x7f."),
         "escaped, still readable: {stdout:?}"

@@ -25,6 +25,9 @@ pub mod tool;
 pub use agent::{AgentError, AgentEvent, ReActAgent};
 pub use message::{ContentBlock, Msg, Role};
 
+#[doc(hidden)]
+pub mod fuzz_checks;
+
 /// Items used by macro expansions; not part of the public API.
 #[doc(hidden)]
 pub mod __private {

@@ -467,10 +467,12 @@ async fn slow_non_streamed_answer_is_not_cut_by_the_read_timeout() {
 fn fuzz_corpus_replays_clean() {
     type Check = fn(&[u8]);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
-    let targets: [(&str, Check); 3] = [
+    let targets: [(&str, Check); 5] = [
         ("sse_stream", agentry::model::fuzz::check_sse),
         ("partial_json", agentry::model::fuzz::check_partial_json),
         ("arguments_linear", agentry::model::fuzz::check_arguments_linear),
+        ("tool_arguments", agentry::fuzz_checks::check_tool_arguments),
+        ("mcp_config", agentry::fuzz_checks::check_mcp_config),
     ];
     for (target, check) in targets {
         let mut files = 0;

@@ -210,6 +210,11 @@ pub fn parse_mcp_servers(json: &str) -> Result<Vec<McpServerConfig>, McpError> {
     };
     let mut servers = Vec::new();
     for (name, entry) in entries {
+        // Found by the `mcp_config` fuzz target: an empty name made tool prefixes and messages
+        // that name nothing.
+        if name.trim().is_empty() {
+            return Err(config("a server's name is empty; give each server a name".into()));
+        }
         if !entry.is_object() {
             return Err(config(format!(
                 "server {name:?} must be an object, found {}",
@@ -355,5 +360,19 @@ mod tests {
             ["edit_file", "write_file"]
         );
         assert_eq!(servers[1].startup_timeout, DEFAULT_STARTUP_TIMEOUT);
+    }
+
+    #[test]
+    fn a_server_without_a_name_is_refused() {
+        for json in [
+            r#"{"mcpServers": {"": {"command": "x"}}}"#,
+            r#"{"mcpServers": {"  ": {"url": "http://127.0.0.1:1/mcp"}}}"#,
+        ] {
+            let err = parse_mcp_servers(json)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains("name is empty"), "{json}: {err}");
+        }
     }
 }

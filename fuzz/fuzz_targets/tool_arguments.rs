@@ -1,0 +1,4 @@
+//! Fuzz target: `agentry::fuzz_checks::check_tool_arguments` (see there for the invariants).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| agentry::fuzz_checks::check_tool_arguments(data));
