@@ -22,13 +22,15 @@
 // Test infrastructure: a broken fake server must fail the test that uses it, loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod gate;
 mod invariants;
 pub mod peers;
 mod reply;
 mod sse;
 
+pub use gate::Gate;
 pub use invariants::check_conversation;
-pub use reply::{Call, Gate, Reply};
+pub use reply::{Call, Reply};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

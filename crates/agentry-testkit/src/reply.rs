@@ -7,9 +7,9 @@ use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 use crate::Shared;
+use crate::gate::Gate;
 use crate::sse::{Event, event_stream};
 
 /// One tool call the fake model makes.
@@ -33,46 +33,6 @@ impl Call {
     /// The call id.
     pub fn id(&self) -> &str {
         &self.id
-    }
-}
-
-/// A point in a stream where the server waits until the test opens it.
-#[derive(Debug, Clone)]
-pub struct Gate {
-    open: Arc<watch::Sender<bool>>,
-    reached: Arc<watch::Sender<bool>>,
-}
-
-impl Default for Gate {
-    fn default() -> Self {
-        Gate::new()
-    }
-}
-
-impl Gate {
-    /// A closed gate.
-    pub fn new() -> Self {
-        Gate {
-            open: Arc::new(watch::channel(false).0),
-            reached: Arc::new(watch::channel(false).0),
-        }
-    }
-
-    /// Lets the stream go on.
-    pub fn open(&self) {
-        self.open.send_replace(true);
-    }
-
-    /// Resolves once a stream is waiting at this gate (or has passed it).
-    pub async fn reached(&self) {
-        let mut rx = self.reached.subscribe();
-        let _ = rx.wait_for(|r| *r).await;
-    }
-
-    pub(crate) async fn wait(&self) {
-        self.reached.send_replace(true);
-        let mut rx = self.open.subscribe();
-        let _ = rx.wait_for(|o| *o).await;
     }
 }
 

@@ -8,7 +8,7 @@ use futures::Stream;
 use serde_json::Value;
 
 use crate::Shared;
-use crate::reply::Gate;
+use crate::gate::Gate;
 
 pub(crate) enum Event {
     Json(Value),

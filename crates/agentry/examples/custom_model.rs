@@ -1,10 +1,6 @@
 //! A model provider in a few dozen lines: implement `ChatModel`, feed what each server event
-//! adds into a `DeltaAccumulator`, and yield its cumulative snapshots. This one "serves" a
-//! scripted stream of deltas instead of a network, so it runs offline:
-//!
-//! ```sh
-//! cargo run -p agentry --example custom_model
-//! ```
+//! adds into a `DeltaAccumulator`, yield its cumulative snapshots. This one plays scripted
+//! deltas instead of a network, so it runs offline: `cargo run -p agentry --example custom_model`.
 
 use agentry::message::Msg;
 use agentry::model::{CallDelta, ChatModel, ChatRequest, ChatStream, DeltaAccumulator};

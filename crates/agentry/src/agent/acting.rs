@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::AgentError;
 use super::approval::Approval;
+use super::deadline::sleep_until;
 use super::events::AgentEvent;
 use super::react::ReplyCx;
 use super::structured::StructuredSpec;
@@ -389,14 +390,6 @@ impl ReplyCx<'_> {
             result.output = chunk.content.clone();
         }
         self.print(msg, false).await;
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one (an optional timer for `select!`).
-pub(super) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

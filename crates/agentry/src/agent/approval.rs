@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::Grant;
-use super::acting::sleep_until;
+use super::deadline::sleep_until;
 use super::events::AgentEvent;
 use super::react::ReplyCx;
 use crate::message::ToolUseBlock;

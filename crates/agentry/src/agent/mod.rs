@@ -35,6 +35,7 @@
 mod acting;
 mod approval;
 mod builder;
+mod deadline;
 mod events;
 mod finished;
 mod handle;

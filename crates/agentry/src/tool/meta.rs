@@ -2,8 +2,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::toolkit::BASIC_GROUP;
-use super::{ToolGroup, ToolResponse, Toolkit, runner::failure};
+use super::options::{BASIC_GROUP, ToolGroup};
+use super::response::{ToolResponse, failure};
 use crate::model::ToolSchema;
 
 /// Name of the meta tool.
@@ -31,8 +31,7 @@ pub(super) fn schema(groups: &[ToolGroup]) -> ToolSchema {
 
 /// Applies a meta tool call: absolute semantics, and nothing changes unless the whole input is
 /// valid.
-pub(super) fn call(toolkit: &Toolkit, input: &Value) -> ToolResponse {
-    let mut registry = toolkit.write();
+pub(super) fn call(groups: &mut [ToolGroup], input: &Value) -> ToolResponse {
     let empty = Map::new();
     let input = match input {
         Value::Object(map) => map,
@@ -49,7 +48,7 @@ pub(super) fn call(toolkit: &Toolkit, input: &Value) -> ToolResponse {
             errors.push(format!(
                 "\"{BASIC_GROUP}\" is always active and cannot be switched"
             ));
-        } else if registry.group(name).is_none() {
+        } else if !groups.iter().any(|g| g.name == *name) {
             errors.push(format!("there is no group \"{name}\""));
         } else if !value.is_boolean() {
             errors.push(format!(
@@ -58,7 +57,7 @@ pub(super) fn call(toolkit: &Toolkit, input: &Value) -> ToolResponse {
         }
     }
     if !errors.is_empty() {
-        let known: Vec<&str> = registry.groups.iter().map(|g| g.name.as_str()).collect();
+        let known: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
         return failure(format!(
             "invalid arguments for \"{META_TOOL_NAME}\": {}. No group was changed. Known groups: {}.",
             errors.join("; "),
@@ -69,16 +68,15 @@ pub(super) fn call(toolkit: &Toolkit, input: &Value) -> ToolResponse {
             }
         ));
     }
-    for group in registry.groups.iter_mut() {
+    for group in groups.iter_mut() {
         group.active = input.get(&group.name).and_then(Value::as_bool).unwrap_or(false);
     }
-    registry.refresh_schemas();
-    let active: Vec<&ToolGroup> = registry.groups.iter().filter(|g| g.active).collect();
+    let active: Vec<&ToolGroup> = groups.iter().filter(|g| g.active).collect();
     if active.is_empty() {
         return ToolResponse::text("All tool groups are now deactivated.");
     }
     let names: Vec<String> = active.iter().map(|g| format!("'{}'", g.name)).collect();
-    let notes = activated_notes(&registry.groups);
+    let notes = activated_notes(groups);
     let mut text = format!("Now tool groups {} are activated.", names.join(", "));
     if !notes.is_empty() {
         text.push_str(" You MUST follow these notes to use these tools:\n<notes>");

@@ -34,6 +34,8 @@ mod call;
 mod context;
 mod function;
 mod meta;
+mod options;
+mod policy;
 mod process;
 mod registry;
 mod response;
@@ -43,10 +45,7 @@ mod toolkit;
 
 #[cfg(feature = "macros")]
 pub use agentry_macros::tool;
-pub(crate) use approval::grant_key;
-pub use approval::{
-    ApprovalDecision, ApprovalRequest, CallPolicy, CheckFn, DecisionSource, SessionApprovalScope, UserAction,
-};
+pub use approval::{ApprovalDecision, ApprovalRequest, DecisionSource, SessionApprovalScope, UserAction};
 pub use call::{
     CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelCause, CancelOutcome, CancelPhase, CancelReason,
     DECLINED, INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
@@ -56,14 +55,15 @@ pub(crate) use context::ProgressFn;
 pub use context::{DEFAULT_CANCEL_GRACE, ToolContext};
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
+pub use options::{BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, ToolkitError};
+pub(crate) use policy::grant_key;
+pub use policy::{CallPolicy, CheckFn, DeclinedFn, RequestFn};
 pub use process::{ToolProcess, spawn_process};
 pub use response::ToolResponse;
 pub use schema::schema_for;
 /// Re-exported so callers can build a [`ToolContext`] without depending on tokio-util.
 pub use tokio_util::sync::CancellationToken;
-pub use toolkit::{
-    BASIC_GROUP, NamesakeStrategy, Postprocess, PreparedCall, ToolGroup, ToolOptions, Toolkit, ToolkitError,
-};
+pub use toolkit::{PreparedCall, Toolkit};
 
 use std::sync::Arc;
 

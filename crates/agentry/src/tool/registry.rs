@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::approval::CallPolicy;
+use super::options::{BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, ToolkitError};
+use super::policy::CallPolicy;
 use super::schema::{remove_presets, strip_titles};
-use super::toolkit::{BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, ToolkitError};
 use super::{Tool, meta};
 use crate::model::ToolSchema;
 

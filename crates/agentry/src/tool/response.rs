@@ -68,3 +68,8 @@ impl ToolResponse {
         join_text(&self.content).unwrap_or_default()
     }
 }
+
+/// An error result as the model reads it: `Error: {message}`.
+pub(super) fn failure(message: impl std::fmt::Display) -> ToolResponse {
+    ToolResponse::error(format!("Error: {message}"))
+}

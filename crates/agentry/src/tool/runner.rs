@@ -10,13 +10,9 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::registry::RegisteredTool;
+use super::response::failure;
 use super::{ToolContext, ToolError, ToolResponse, ToolStream};
 use crate::message::{ContentBlock, ToolUseBlock};
-
-/// A final error chunk with the model-visible text `Error: {message}`.
-pub(super) fn failure(message: impl std::fmt::Display) -> ToolResponse {
-    ToolResponse::error(format!("Error: {message}"))
-}
 
 fn panic_text(payload: &(dyn Any + Send)) -> String {
     payload
