@@ -53,6 +53,14 @@ impl ResultSlots {
     }
 }
 
+/// What a call will do once it may start: run its tool, produce the structured output, or
+/// fail with the refusal `Toolkit::prepare` gave.
+enum Plan<'s> {
+    Run(PreparedCall),
+    Finish(&'s StructuredSpec),
+    Refused(ToolResponse),
+}
+
 /// How execution ended, before the result is built.
 enum Execution {
     /// The body's final chunk, with the committed state.
@@ -150,17 +158,19 @@ impl ReplyCx<'_> {
             is_error: false,
         });
 
-        let finish_function = structured.filter(|spec| call.name == spec.schema.name);
         // Checked and approved as it will run: after the hooks, so a hook that renames a call
         // or rewrites its arguments cannot skip approval (S3, A1); a call that could never run
         // is refused before anyone is asked.
-        let prepared = match finish_function {
-            Some(_) => None,
-            None => Some(self.inner.config.toolkit.prepare(&call)),
+        let plan = match structured.filter(|spec| call.name == spec.schema.name) {
+            Some(spec) => Plan::Finish(spec),
+            None => match self.inner.config.toolkit.prepare(&call) {
+                Ok(prepared) => Plan::Run(prepared),
+                Err(refused) => Plan::Refused(refused),
+            },
         };
-        let policy = match &prepared {
-            Some(Ok(prepared)) => prepared.policy().clone(),
-            _ => CallPolicy::default(),
+        let policy = match &plan {
+            Plan::Run(prepared) => prepared.policy().clone(),
+            Plan::Finish(_) | Plan::Refused(_) => CallPolicy::default(),
         };
         let mut decision = None;
         let mut user_action = None;
@@ -177,20 +187,16 @@ impl ReplyCx<'_> {
         let mut structured_output = None;
         let mut metadata = Map::new();
         let mut ran_for = Duration::ZERO;
-        let (content, state) = match prepared {
-            Some(Err(refused)) if record.finish(ToolCallState::Failed) => {
-                (refused.content, ToolCallState::Failed)
+        let (content, state) = match plan {
+            Plan::Refused(refused) => {
+                if record.finish(ToolCallState::Failed) {
+                    (refused.content, ToolCallState::Failed)
+                } else {
+                    closed_before_start(&record, &call, &policy)
+                }
             }
-            _ if !record.start() => {
-                // Closed before it could run: declined, or cancelled while pending or queued (P1, P2).
-                let state = record.terminal().unwrap_or(ToolCallState::Cancelled {
-                    phase: CancelPhase::BeforeStart,
-                    partial: false,
-                    reason: CancelReason::Reply,
-                });
-                (closed_before_start(&state, &call, &policy), state)
-            }
-            Some(Ok(prepared)) => {
+            _ if !record.start() => closed_before_start(&record, &call, &policy),
+            Plan::Run(prepared) => {
                 let running = Instant::now();
                 let executed = self
                     .execute(&record, &call, prepared, &policy, user_action, &mut msg)
@@ -213,16 +219,8 @@ impl ReplyCx<'_> {
                     }
                 }
             }
-            // Refused, but it started: unreachable, as a refused call is finished above.
-            Some(Err(refused)) => {
-                let state = record.settle(false).unwrap_or(ToolCallState::Failed);
-                (refused.content, state)
-            }
-            None => {
-                let (response, output) = match finish_function {
-                    Some(spec) => spec.handle(&call),
-                    None => (ToolResponse::error("Error: no finish function."), None),
-                };
+            Plan::Finish(spec) => {
+                let (response, output) = spec.handle(&call);
                 structured_output = output;
                 let state = if response.is_error {
                     ToolCallState::Failed
@@ -437,8 +435,18 @@ async fn run_on_cancel(
 }
 
 /// The model-visible result of a call closed before its body ran (A10, P1, Y2).
-fn closed_before_start(state: &ToolCallState, call: &ToolUseBlock, policy: &CallPolicy) -> Vec<ContentBlock> {
-    let text = match state {
+fn closed_before_start(
+    record: &CallRecord,
+    call: &ToolUseBlock,
+    policy: &CallPolicy,
+) -> (Vec<ContentBlock>, ToolCallState) {
+    // Declined, or cancelled while pending or queued (P1, P2).
+    let state = record.terminal().unwrap_or(ToolCallState::Cancelled {
+        phase: CancelPhase::BeforeStart,
+        partial: false,
+        reason: CancelReason::Reply,
+    });
+    let text = match &state {
         ToolCallState::Declined { reason } => match (&policy.declined_message, call.input.as_object()) {
             (Some(message), Some(args)) => message(args, reason.as_deref()),
             _ => declined_text(reason.as_deref()),
@@ -449,7 +457,7 @@ fn closed_before_start(state: &ToolCallState, call: &ToolUseBlock, policy: &Call
         } => INTERRUPTED_RESTART.to_owned(),
         _ => CANCELLED_BEFORE_START.to_owned(),
     };
-    vec![ContentBlock::text(text)]
+    (vec![ContentBlock::text(text)], state)
 }
 
 /// The model-visible result of a call stopped while running (X7-X9, T2, Y2).
