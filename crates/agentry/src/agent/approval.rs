@@ -23,7 +23,8 @@ pub(super) enum Approval {
     Closed(Option<DecisionSource>),
 }
 
-const NO_DECISION: &str = "no decision";
+/// The reason of a call declined because nobody could decide (A15).
+pub(super) const NO_DECISION: &str = "no decision";
 
 impl ReplyCx<'_> {
     /// Asks for approval (A3 order: session deny grant, session allow grant, auto-approval, the

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::AgentInner;
+use super::approval::NO_DECISION;
 use super::events::{AgentEvent, CancelTarget, EventHub};
 use crate::tool::{
     ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, ToolCallState,
@@ -160,24 +161,32 @@ impl ActiveReply {
         let pending: Vec<String> = self.state().approvals.keys().cloned().collect();
         for call_id in pending {
             if let Some(record) = self.call(&call_id) {
-                let reason = Some("no decision".to_owned());
-                if record.finish(ToolCallState::Declined {
-                    reason: reason.clone(),
-                }) {
-                    self.emit(
-                        hub,
-                        AgentEvent::ApprovalResolved {
-                            reply_id: self.reply_id.clone(),
-                            call_id: call_id.clone(),
-                            decision: ApprovalDecision::Decline { reason },
-                            automatic: true,
-                            source: DecisionSource::NoDecision,
-                        },
-                    );
-                }
+                self.decline_as_no_decision(hub, &record);
             }
             self.state().approvals.remove(&call_id);
         }
+    }
+
+    /// Declines a pending call as "no decision" (A15) and announces it; false when another
+    /// transition (a decision, a cancel) won.
+    fn decline_as_no_decision(&self, hub: &EventHub, record: &CallRecord) -> bool {
+        let reason = Some(NO_DECISION.to_owned());
+        if !record.finish(ToolCallState::Declined {
+            reason: reason.clone(),
+        }) {
+            return false;
+        }
+        self.emit(
+            hub,
+            AgentEvent::ApprovalResolved {
+                reply_id: self.reply_id.clone(),
+                call_id: record.call_id.clone(),
+                decision: ApprovalDecision::Decline { reason },
+                automatic: true,
+                source: DecisionSource::NoDecision,
+            },
+        );
+        true
     }
 
     /// Waits for a decision on `call_id`; `None` if the record stopped pending meanwhile.
@@ -212,23 +221,10 @@ impl ActiveReply {
         // Taking the sender is the decision: whoever takes it first wins (A16).
         let sender = self.state().approvals.remove(call_id).ok_or_else(not_pending)?;
         let record = self.call(call_id).ok_or_else(not_pending)?;
-        let reason = Some("no decision".to_owned());
-        if !record.finish(ToolCallState::Declined {
-            reason: reason.clone(),
-        }) {
+        if !self.decline_as_no_decision(hub, &record) {
             // Cancelled meanwhile: the cancel won.
             return Err(not_pending());
         }
-        self.emit(
-            hub,
-            AgentEvent::ApprovalResolved {
-                reply_id: self.reply_id.clone(),
-                call_id: call_id.to_owned(),
-                decision: ApprovalDecision::Decline { reason },
-                automatic: true,
-                source: DecisionSource::NoDecision,
-            },
-        );
         drop(sender);
         Ok(())
     }
