@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::time::Duration;
 
+use agentry::CallId;
 use agentry::agent::{AgentEvent, StopReason, ToolCallState};
 use agentry::message::{ContentBlock, Msg, Role};
 
@@ -55,13 +56,13 @@ pub struct Renderer<O: Write, E: Write> {
     /// Whether stdout is in the middle of a line.
     open_line: bool,
     /// Arguments as the model wrote them, from its finished message: call id → text.
-    sent_args: HashMap<String, String>,
+    sent_args: HashMap<CallId, String>,
     /// Tool calls that started: call id → (name, arguments), both shortened and escaped.
-    calls: HashMap<String, (String, String)>,
+    calls: HashMap<CallId, (String, String)>,
     /// Final results: call id → (summary, is_error).
-    results: HashMap<String, (String, bool)>,
+    results: HashMap<CallId, (String, bool)>,
     /// When progress of a call was last shown (one line a second at most).
-    progress_shown: HashMap<String, std::time::Instant>,
+    progress_shown: HashMap<CallId, std::time::Instant>,
 }
 
 /// Characters shown of arguments, results and progress messages.
@@ -140,7 +141,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
         {
             return Ok(());
         }
-        self.progress_shown.insert(call_id.to_owned(), now);
+        self.progress_shown.insert(call_id.into(), now);
         self.end_line()?;
         let name = self
             .calls

@@ -1,6 +1,7 @@
 //! One reply in the terminal: events rendered as they come, approval prompts answered from
 //! stdin, Ctrl-C to cancel (twice to quit).
 
+use agentry::CallId;
 use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
@@ -190,11 +191,11 @@ pub enum Outcome {
 enum Question {
     /// The choice; `prompted` when the prompt line is showing.
     Choice {
-        call_id: String,
+        call_id: CallId,
         prompted: bool,
     },
     Reason {
-        call_id: String,
+        call_id: CallId,
         kind: DeclineKind,
     },
 }
@@ -307,7 +308,7 @@ impl Terminal {
     }
 
     /// Shows the question about `call_id`, and declines it at once when nobody can answer.
-    fn pose(&mut self, run: &ReplyRun, call_id: String, name: &str, request: &ApprovalRequest) -> Question {
+    fn pose(&mut self, run: &ReplyRun, call_id: CallId, name: &str, request: &ApprovalRequest) -> Question {
         let dropped = self.input.question_shown();
         let closed = self.input.is_closed();
         self.show_request(name, request, closed && self.closed_question_shown);
@@ -397,7 +398,7 @@ impl Terminal {
 
     /// Drives one reply to its end.
     pub async fn drive(&mut self, mut run: ReplyRun) -> Outcome {
-        let mut waiting: VecDeque<(String, String, ApprovalRequest)> = VecDeque::new();
+        let mut waiting: VecDeque<(CallId, String, ApprovalRequest)> = VecDeque::new();
         let mut question: Option<Question> = None;
         let mut cancelled = false;
         let mut terminating: Option<tokio::time::Instant> = None;
@@ -481,7 +482,7 @@ impl Terminal {
     /// The call's approval is no longer pending: forget it, and end its question if asked.
     fn settled(
         &self,
-        waiting: &mut VecDeque<(String, String, ApprovalRequest)>,
+        waiting: &mut VecDeque<(CallId, String, ApprovalRequest)>,
         question: &mut Option<Question>,
         call_id: &str,
     ) {

@@ -26,7 +26,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// Calls `name` through the toolkit; the last cumulative chunk is the result.
 async fn call(toolkit: &Toolkit, name: &str, input: Value) -> Result<ToolResponse> {
     let call = ToolUseBlock {
-        id: format!("conformance_{name}"),
+        id: format!("conformance_{name}").into(),
         name: name.into(),
         input,
         raw_input: None,

@@ -14,6 +14,7 @@
 extern crate self as agentry;
 
 pub mod agent;
+mod ids;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod memory;
@@ -23,6 +24,7 @@ pub mod protocol;
 pub mod tool;
 
 pub use agent::{AgentError, AgentEvent, ReActAgent};
+pub use ids::{CallId, ReplyId};
 pub use message::{ContentBlock, Msg, Role};
 
 #[doc(hidden)]

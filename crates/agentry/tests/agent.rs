@@ -169,7 +169,7 @@ async fn several_calls_sequential_and_parallel() {
             let results: Vec<(String, String)> = memory
                 .iter()
                 .flat_map(|m| m.tool_results())
-                .map(|r| (r.id.clone(), r.text()))
+                .map(|r| (r.id.to_string(), r.text()))
                 .collect();
             let expected =
                 [("c1", "2"), ("c2", "12"), ("c3", "15")].map(|(a, b)| (a.to_owned(), b.to_owned()));
@@ -234,13 +234,13 @@ async fn parallel_calls_run_concurrently_and_results_keep_call_order() {
         .expect("parallel calls must not wait for each other")
         .unwrap();
     let memory = consistent_memory(&agent).await;
-    let ids: Vec<String> = memory
+    let ids: Vec<agentry::CallId> = memory
         .iter()
         .flat_map(|m| m.tool_results())
         .map(|r| r.id.clone())
         .collect();
     assert_eq!(ids, ["a", "b"]);
-    let mut finished: Vec<String> = drain(&mut events)
+    let mut finished: Vec<agentry::CallId> = drain(&mut events)
         .into_iter()
         .filter_map(|e| match e {
             AgentEvent::ToolFinished { call_id, .. } => Some(call_id),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agentry::agent::{AgentEvent, ApprovalError, ReActAgent, ReActAgentBuilder};
+use agentry::agent::{AgentEvent, AgentHandle, ApprovalError, ReActAgent, ReActAgentBuilder};
 use agentry::message::Msg;
 use agentry::tool::{
     ApprovalDecision, ApprovalRequest, CANCELLED_BEFORE_START, CancelOutcome, CancelPhase, CancelReason,
@@ -112,9 +112,7 @@ async fn a1_a2_a5_only_tools_requiring_approval_are_asked_and_their_request_buil
                 .approval_request(counting_request(&free_requests)),
         )
         .unwrap();
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     let request = driver.wait_for("asked", asked("g")).await;
     match request {
         AgentEvent::ApprovalRequested {
@@ -151,6 +149,13 @@ fn new_agent(fake: &FakeLlm, toolkit: Toolkit) -> ReActAgent {
     agent_with(fake, toolkit, |b| b)
 }
 
+/// The default agent with a reply to "go" running, and its handle.
+fn start(fake: &FakeLlm, toolkit: Toolkit) -> (ReActAgent, AgentHandle, Driver) {
+    let agent = new_agent(fake, toolkit);
+    let (handle, driver) = Driver::go(&agent);
+    (agent, handle, driver)
+}
+
 #[tokio::test]
 async fn a3_a4_a7_auto_approval_needs_both_flags_and_is_announced_without_waiting() {
     for (agent_auto, tool_auto) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -160,8 +165,7 @@ async fn a3_a4_a7_auto_approval_needs_both_flags_and_is_announced_without_waitin
         )
         .await;
         let agent = agent_with(&fake, toolkit, |b| b.auto_approve_tools(agent_auto));
-        let handle = agent.handle();
-        let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+        let (handle, mut driver) = Driver::go(&agent);
         if !(agent_auto && tool_auto) {
             driver.wait_for("asked", asked("g")).await;
             handle.decide("g", ApprovalDecision::Approve).unwrap();
@@ -190,8 +194,7 @@ async fn a3_a4_a7_auto_approval_needs_both_flags_and_is_announced_without_waitin
 async fn a3_a13_a_session_deny_grant_comes_before_auto_approval() {
     let (fake, toolkit, probe) = setup(vec![call("g1", "guarded", json!({"result": "a"}))], guarded()).await;
     let agent = agent_with(&fake, toolkit.clone(), |b| b.auto_approve_tools(true));
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("asked", asked("g1")).await;
     handle
         .decide(
@@ -239,9 +242,7 @@ async fn a3_a13_a_session_deny_grant_comes_before_auto_approval() {
 #[tokio::test]
 async fn a12_approve_for_session_skips_the_prompt_for_the_same_arguments_only() {
     let (fake, toolkit, probe) = setup(vec![call("g1", "guarded", json!({"result": "a"}))], guarded()).await;
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("g1")).await;
     handle.decide("g1", ApprovalDecision::ApproveForSession).unwrap();
     let _ = driver.finish().await;
@@ -272,9 +273,7 @@ async fn a12_approve_for_session_skips_the_prompt_for_the_same_arguments_only() 
         guarded().session_scope(SessionApprovalScope::AnyArguments),
     )
     .await;
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("h1")).await;
     handle.decide("h1", ApprovalDecision::ApproveForSession).unwrap();
     let _ = driver.finish().await;
@@ -332,8 +331,7 @@ async fn a6_a_failing_request_function_asks_generically_and_never_approves() {
     for options in failing {
         let (fake, toolkit, probe) = setup(vec![call("g", "guarded", json!({"result": "x"}))], options).await;
         let agent = new_agent(&fake, toolkit);
-        let handle = agent.handle();
-        let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+        let (handle, mut driver) = Driver::go(&agent);
         let request = driver.wait_for("asked", asked("g")).await;
         let AgentEvent::ApprovalRequested {
             request, automatic, ..
@@ -367,8 +365,7 @@ async fn a8_approved_bodies_get_a_confirmed_user_action() {
     )
     .await;
     let agent = new_agent(&fake, toolkit.clone());
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("asked", asked("g")).await;
     handle.decide("g", ApprovalDecision::Approve).unwrap();
     let _ = driver.finish().await;
@@ -410,9 +407,7 @@ async fn a9_p2_a16_y5_decline_is_not_cancel_and_late_decisions_change_nothing() 
         guarded(),
     )
     .await;
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("declined")).await;
     handle
         .decide("declined", ApprovalDecision::Decline { reason: None })
@@ -475,9 +470,7 @@ async fn a9_p2_a16_y5_decline_is_not_cancel_and_late_decisions_change_nothing() 
 async fn a10_s3_a_declined_body_never_runs_and_the_model_reads_why() {
     let (fake, toolkit, probe) =
         setup(vec![call("g", "guarded", json!({"result": "secret"}))], guarded()).await;
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("g")).await;
     handle
         .decide(
@@ -513,9 +506,7 @@ async fn a10_s3_a_declined_body_never_runs_and_the_model_reads_why() {
         }),
     )
     .await;
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (_agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("g")).await;
     handle
         .decide(
@@ -538,9 +529,7 @@ async fn a11_decline_and_stop_declines_this_call_and_cancels_the_reply() {
         guarded(),
     )
     .await;
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("g")).await;
     handle
         .decide(
@@ -625,9 +614,7 @@ async fn a15_a16_a_front_end_without_a_decider_declines_as_no_decision() {
         guarded(),
     )
     .await;
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("g")).await;
     handle.decide_no_decision("g").unwrap();
     assert_eq!(
@@ -671,14 +658,13 @@ async fn a17_calls_without_approval_do_not_wait_in_parallel_and_queue_in_order_o
     )
     .await;
     let agent = agent_with(&fake, toolkit, |b| b.parallel_tool_calls(true));
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("asked", asked("g")).await;
     driver.wait_for("free finished", finished("f")).await;
     handle.decide("g", ApprovalDecision::Approve).unwrap();
     let (_, events) = driver.finish().await;
     let memory = check_all(&agent, &events).await;
-    let order: Vec<String> = memory
+    let order: Vec<agentry::CallId> = memory
         .iter()
         .flat_map(|m| m.tool_results())
         .map(|r| r.id.clone())
@@ -699,9 +685,7 @@ async fn a17_calls_without_approval_do_not_wait_in_parallel_and_queue_in_order_o
         .register_with(guarded_probe.tool("guarded"), guarded())
         .unwrap();
     toolkit.register(free_probe.tool("free")).unwrap();
-    let agent = new_agent(&fake, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (agent, handle, mut driver) = start(&fake, toolkit);
     driver.wait_for("asked", asked("g")).await;
     assert_eq!(free_probe.runs(), 0);
     handle.decide("g", ApprovalDecision::Approve).unwrap();
@@ -733,8 +717,7 @@ async fn a18_time_waiting_for_approval_does_not_count_toward_the_timeout() {
         .toolkit(toolkit)
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("asked", asked("g")).await;
     tokio::time::advance(Duration::from_secs(60)).await;
     handle.decide("g", ApprovalDecision::Approve).unwrap();

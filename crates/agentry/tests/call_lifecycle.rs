@@ -69,8 +69,7 @@ async fn s3_a1_approval_is_decided_after_the_pre_acting_hooks() {
         )
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     let request = driver.wait_for("the approval request", asked("c1")).await;
     match request {
         AgentEvent::ApprovalRequested { name, input, .. } => {
@@ -150,8 +149,7 @@ async fn c4_a_reused_call_id_is_rewritten_and_cancel_reaches_the_running_call() 
     fake.push(Reply::text("done"));
     let probe = Probe::new();
     let agent = agent(&fake, true, guarded_and_free(&probe));
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("the first call's end", finished("c1")).await;
     let second = driver
         .wait_for("the second call", |e| matches!(e, AgentEvent::ToolStarted { .. }))
@@ -170,11 +168,11 @@ async fn c4_a_reused_call_id_is_rewritten_and_cancel_reaches_the_running_call() 
     let msgs = check_all(&agent, &events).await;
     assert_eq!(stored(&msgs, &call_id).0, CANCELLED_RUNNING);
     // The rewritten id is used consistently: the assistant message, its result and the wire.
-    let calls: Vec<String> = msgs
+    let calls: Vec<agentry::CallId> = msgs
         .iter()
         .flat_map(|m| m.tool_uses().map(|c| c.id.clone()))
         .collect();
-    assert_eq!(calls, ["c1".to_owned(), call_id.clone()]);
+    assert_eq!(calls, ["c1".into(), call_id.clone()]);
     let wire_ids: Vec<Value> = wire_messages(&fake, 2)
         .into_iter()
         .filter(|m| m["role"] == "tool")
@@ -210,7 +208,7 @@ impl AgentHook for MemoryAtPrintHook {
             .unwrap()
             .iter()
             .any(|m| m.tool_results().any(|r| r.id == result.id));
-        self.0.seen.lock().unwrap().push((result.id.clone(), stored));
+        self.0.seen.lock().unwrap().push((result.id.to_string(), stored));
     }
 }
 
@@ -309,8 +307,7 @@ async fn x10_callbacks_that_never_return_hold_a_bounded_number_of_threads() {
         .on_cancel_limit(1)
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     probe.started(1).await;
     assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
     driver.wait_for("c1's end", finished("c1")).await;
@@ -339,8 +336,7 @@ async fn a_call_that_never_ran_reports_no_running_time() {
     fake.push(Reply::text("done"));
     let probe = Probe::new();
     let agent = agent(&fake, true, guarded_and_free(&probe));
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("the approval request", asked("c1")).await;
     handle
         .decide("c1", ApprovalDecision::Decline { reason: None })

@@ -69,8 +69,7 @@ fn cancelled_before_start(reason: CancelReason) -> ToolCallState {
 #[tokio::test]
 async fn x9_p3_p6_without_on_cancel_the_model_is_told_it_may_have_partly_run() {
     let (fake, agent, probe) = setup(vec![probe_call("c", json!({"wait": true}))], false).await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
     let (reply, events) = driver.finish().await;
@@ -102,8 +101,7 @@ async fn x7_x6_p4_on_cancel_text_is_the_result_verbatim() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
     let (_, events) = driver.finish().await;
@@ -129,8 +127,7 @@ async fn x8_p5_on_cancel_none_or_blank_gives_the_standard_result() {
         json!({"wait": true, "partial": "  \n"}),
     ] {
         let (fake, agent, probe) = setup(vec![probe_call("c", args)], false).await;
-        let handle = agent.handle();
-        let driver = Driver::new(agent.start_reply(Msg::user("go")));
+        let (handle, driver) = Driver::go(&agent);
         probe.started(1).await;
         handle.cancel_call("c");
         let (_, events) = driver.finish().await;
@@ -155,8 +152,7 @@ async fn x3_registering_again_replaces_and_clearing_removes() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     handle.cancel_call("c");
     let (_, events) = driver.finish().await;
@@ -172,8 +168,7 @@ async fn x3_registering_again_replaces_and_clearing_removes() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     handle.cancel_call("c");
     let (_, events) = driver.finish().await;
@@ -195,8 +190,7 @@ async fn x4_r1_two_parallel_calls_of_one_tool_have_their_own_slots() {
         true,
     )
     .await;
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     probe.started(2).await;
     assert_eq!(handle.cancel_call("two"), CancelOutcome::Cancelled);
     driver.wait_for("two finished", finished("two")).await;
@@ -232,8 +226,7 @@ async fn x5_on_cancel_never_runs_on_completion_failure_or_before_start() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(3).await;
     assert_eq!(handle.cancel_call("queued"), CancelOutcome::Cancelled);
     probe.release();
@@ -261,8 +254,7 @@ async fn x11_x12_y5_results_after_cancel_are_ignored() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     probe.started(1).await;
     driver
         .wait_for("the early chunk", |e| {
@@ -344,8 +336,7 @@ async fn x10_on_cancel_over_budget_or_panicking_gives_the_standard_result() {
             .on_cancel_budget(Duration::from_millis(50))
             .build()
             .unwrap();
-        let handle = agent.handle();
-        let driver = Driver::new(agent.start_reply(Msg::user("go")));
+        let (handle, driver) = Driver::go(&agent);
         probe.started(1).await;
         handle.cancel_call("c");
         let (_, events) = driver.finish().await;
@@ -369,8 +360,7 @@ async fn c1_cancel_returns_without_awaiting_on_cancel() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     // on_cancel blocks until unblocked below: cancel_call must return anyway.
     let outcome = tokio::time::timeout(
@@ -394,8 +384,7 @@ async fn c2_c7_cancelling_twice_has_no_second_effect_and_is_announced_first() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
     assert_eq!(handle.cancel_call("c"), CancelOutcome::AlreadyCancelled);
@@ -467,8 +456,7 @@ async fn c6_a_call_cancel_spares_the_reply_and_a_reply_cancel_reaches_every_call
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     handle.cancel_call("first");
     let (reply, events) = driver.finish().await;
@@ -490,8 +478,7 @@ async fn c6_a_call_cancel_spares_the_reply_and_a_reply_cancel_reaches_every_call
         true,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(2).await;
     assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
     assert_eq!(handle.cancel_reply(), CancelOutcome::AlreadyCancelled);
@@ -516,8 +503,7 @@ async fn p1_r6_cancel_while_queued_never_runs_the_body() {
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     // The queued call is closed at once; its result follows the running one's, in call order.
     assert_eq!(handle.cancel_call("second"), CancelOutcome::Cancelled);
@@ -574,8 +560,7 @@ async fn r2_r4_r5_cancel_reply_stops_every_call_in_its_phase_and_no_model_reques
         true,
     )
     .await;
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     probe.started(3).await;
     driver.wait_for("quick finished", finished("quick")).await;
     assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
@@ -648,8 +633,7 @@ async fn r3_cancel_while_the_model_streams_keeps_the_text_and_the_complete_calls
     let toolkit = Toolkit::new();
     toolkit.register(probe.tool("probe")).unwrap();
     let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     within("the stream pauses", gate.reached()).await;
     driver
         .wait_for(
@@ -704,8 +688,7 @@ async fn t1_t2_a_timed_out_call_is_stopped_and_the_reply_goes_on() {
         )
         .unwrap();
     let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     let (reply, events) = driver.finish().await;
     assert_eq!(reply.unwrap().text().as_deref(), Some("after the tools"));
     let memory = check_all(&agent, &events).await;

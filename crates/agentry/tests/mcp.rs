@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 async fn call(toolkit: &Toolkit, name: &str, input: Value) -> ToolResponse {
     let call = ToolUseBlock {
-        id: format!("c_{name}"),
+        id: format!("c_{name}").into(),
         name: name.into(),
         input,
         raw_input: None,

@@ -94,7 +94,7 @@ async fn search(query: String, api_key: String) -> String {
 
 fn call(name: &str, input: Value) -> ToolUseBlock {
     ToolUseBlock {
-        id: format!("id_{name}"),
+        id: format!("id_{name}").into(),
         name: name.into(),
         input,
         raw_input: None,

@@ -46,7 +46,7 @@ impl ChatModel for Scripted {
             (0..self.calls)
                 .map(|i| {
                     ContentBlock::ToolUse(ToolUseBlock {
-                        id: format!("r{round}_c{i}"),
+                        id: format!("r{round}_c{i}").into(),
                         name: self.tool.into(),
                         input: self.input.clone(),
                         raw_input: None,

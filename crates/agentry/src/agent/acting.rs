@@ -2,7 +2,7 @@
 //! and execution to exactly one terminal state and one result (spec 3.0, S1-S4).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
 use futures::StreamExt;
@@ -197,7 +197,8 @@ impl ReplyCx<'_> {
             }
             _ if !record.start() => closed_before_start(&record, &call, &policy),
             Plan::Run(prepared) => {
-                let running = Instant::now();
+                // The clock of the timeouts, so that a reported duration and the limit that fired agree.
+                let running = tokio::time::Instant::now();
                 let executed = self
                     .execute(&record, &call, prepared, &policy, user_action, &mut msg)
                     .await;
@@ -371,7 +372,7 @@ impl ReplyCx<'_> {
                 &events,
                 AgentEvent::ToolProgress {
                     reply_id: active.reply_id.clone(),
-                    call_id: call_id.to_owned(),
+                    call_id: call_id.into(),
                     id: id.map(str::to_owned),
                     message: message.to_owned(),
                 },

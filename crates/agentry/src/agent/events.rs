@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use crate::message::Msg;
 use crate::model::ChatUsage;
 use crate::tool::{ApprovalDecision, ApprovalRequest, CancelReason, DecisionSource, ToolCallState};
+use crate::{CallId, ReplyId};
 
 /// One thing that happened during a reply.
 ///
@@ -44,9 +45,9 @@ pub enum AgentEvent {
     /// holding the call is in memory.
     ToolStarted {
         /// The reply this call belongs to.
-        reply_id: String,
+        reply_id: ReplyId,
         /// The call id.
-        call_id: String,
+        call_id: CallId,
         /// The tool name.
         name: String,
         /// The arguments (after pre-acting hooks).
@@ -56,9 +57,9 @@ pub enum AgentEvent {
     /// Never emitted after the call was cancelled (X11).
     ToolProgress {
         /// The reply this call belongs to.
-        reply_id: String,
+        reply_id: ReplyId,
         /// The call id.
-        call_id: String,
+        call_id: CallId,
         /// A report with the same id replaces the earlier one.
         id: Option<String>,
         /// The progress text.
@@ -72,9 +73,9 @@ pub enum AgentEvent {
     /// `ApprovalResolved` or `ApprovalWithdrawn`.
     ApprovalRequested {
         /// The reply this call belongs to.
-        reply_id: String,
+        reply_id: ReplyId,
         /// The call id.
-        call_id: String,
+        call_id: CallId,
         /// The tool name.
         name: String,
         /// The arguments.
@@ -88,9 +89,9 @@ pub enum AgentEvent {
     /// runs; after a decline its `ToolFinished` follows with `Declined`.
     ApprovalResolved {
         /// The reply this call belongs to.
-        reply_id: String,
+        reply_id: ReplyId,
         /// The call id.
-        call_id: String,
+        call_id: CallId,
         /// The decision.
         decision: ApprovalDecision,
         /// Whether nobody was asked.
@@ -101,16 +102,16 @@ pub enum AgentEvent {
     /// A pending approval request no longer needs an answer (its call was cancelled, P2).
     ApprovalWithdrawn {
         /// The reply this call belongs to.
-        reply_id: String,
+        reply_id: ReplyId,
         /// The call id.
-        call_id: String,
+        call_id: CallId,
     },
     /// A cancel was accepted (C7); the `ToolFinished` of the cancelled calls follow, never
     /// before it. The tokens are cancelled by the time `cancel_call` / `cancel_reply` returns
     /// (X1, L2).
     CancelRequested {
         /// The reply concerned.
-        reply_id: String,
+        reply_id: ReplyId,
         /// One call, or the whole reply.
         target: CancelTarget,
         /// Who cancelled.
@@ -122,9 +123,9 @@ pub enum AgentEvent {
     /// comes first in the message. Nothing about this call changes afterwards (S1).
     ToolFinished {
         /// The reply this call belongs to.
-        reply_id: String,
+        reply_id: ReplyId,
         /// The call id.
-        call_id: String,
+        call_id: CallId,
         /// The tool name.
         name: String,
         /// How it ended.
@@ -139,7 +140,7 @@ pub enum AgentEvent {
     /// cancelled reply, R5), and a new reply may start.
     ReplyFinished {
         /// The reply id.
-        reply_id: String,
+        reply_id: ReplyId,
         /// Why it ended.
         stop_reason: StopReason,
         /// Tokens used by all model calls of the reply.
@@ -153,7 +154,7 @@ pub enum AgentEvent {
 #[non_exhaustive]
 pub enum CancelTarget {
     /// One tool call.
-    Call(String),
+    Call(CallId),
     /// The whole reply.
     Reply,
 }

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::CallId;
 use crate::tool::ToolCallState;
 
 /// How many finished calls an agent remembers by default: enough for any conversation a person
@@ -12,8 +13,8 @@ pub const DEFAULT_FINISHED_CALLS: usize = 4096;
 /// `NotFound`, as an unknown one does.
 #[derive(Debug)]
 pub(crate) struct FinishedCalls {
-    states: HashMap<String, ToolCallState>,
-    order: VecDeque<String>,
+    states: HashMap<CallId, ToolCallState>,
+    order: VecDeque<CallId>,
     capacity: usize,
 }
 
@@ -39,7 +40,7 @@ impl FinishedCalls {
         self.states.len()
     }
 
-    pub(crate) fn extend(&mut self, calls: impl IntoIterator<Item = (String, ToolCallState)>) {
+    pub(crate) fn extend(&mut self, calls: impl IntoIterator<Item = (CallId, ToolCallState)>) {
         for (call_id, state) in calls {
             if self.capacity == 0 {
                 return;
@@ -63,11 +64,11 @@ mod tests {
     #[test]
     fn keeps_the_newest_calls_up_to_its_capacity() {
         let mut calls = FinishedCalls::new(3);
-        calls.extend((0..10).map(|i| (format!("c{i}"), ToolCallState::Completed)));
+        calls.extend((0..10).map(|i| (CallId::new(format!("c{i}")), ToolCallState::Completed)));
         assert_eq!(calls.len(), 3);
         assert!(!calls.contains("c6"));
         assert!(calls.contains("c7") && calls.contains("c9"));
-        calls.extend([("c8".to_owned(), ToolCallState::Failed)]);
+        calls.extend([("c8".into(), ToolCallState::Failed)]);
         assert_eq!(calls.len(), 3, "an id seen again is updated, not added");
         assert_eq!(calls.get("c8"), Some(&ToolCallState::Failed));
     }

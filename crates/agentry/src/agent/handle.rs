@@ -15,6 +15,7 @@ use super::events::{AgentEvent, CancelTarget, EventHub};
 use crate::tool::{
     ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, ToolCallState,
 };
+use crate::{CallId, ReplyId};
 
 /// Why a decision was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,8 +23,8 @@ use crate::tool::{
 pub enum ApprovalError {
     /// The call is not waiting for approval: unknown, already decided, cancelled or finished
     /// (spec A16). Nothing changed.
-    #[error("the call {0:?} is not waiting for approval")]
-    NotPending(String),
+    #[error("the call {:?} is not waiting for approval", .0.as_str())]
+    NotPending(CallId),
 }
 
 #[derive(Default)]
@@ -31,12 +32,12 @@ struct ReplyState {
     cancelled: bool,
     finished: bool,
     calls: Vec<Arc<CallRecord>>,
-    approvals: HashMap<String, oneshot::Sender<ApprovalDecision>>,
+    approvals: HashMap<CallId, oneshot::Sender<ApprovalDecision>>,
 }
 
 /// The reply that is running now, as the handle and the loop share it.
 pub(crate) struct ActiveReply {
-    pub(crate) reply_id: String,
+    pub(crate) reply_id: ReplyId,
     pub(crate) token: CancellationToken,
     pub(crate) sink: Option<mpsc::UnboundedSender<AgentEvent>>,
     state: Mutex<ReplyState>,
@@ -52,7 +53,7 @@ impl std::fmt::Debug for ActiveReply {
 }
 
 impl ActiveReply {
-    pub(crate) fn new(reply_id: String, sink: Option<mpsc::UnboundedSender<AgentEvent>>) -> Arc<Self> {
+    pub(crate) fn new(reply_id: ReplyId, sink: Option<mpsc::UnboundedSender<AgentEvent>>) -> Arc<Self> {
         Arc::new(ActiveReply {
             reply_id,
             token: CancellationToken::new(),
@@ -158,7 +159,7 @@ impl ActiveReply {
     /// Declines every pending approval as "no decision": nobody is left to decide (A15). The
     /// waiting calls wake up when their senders are dropped here.
     pub(crate) fn decline_pending(&self, hub: &EventHub) {
-        let pending: Vec<String> = self.state().approvals.keys().cloned().collect();
+        let pending: Vec<CallId> = self.state().approvals.keys().cloned().collect();
         for call_id in pending {
             if let Some(record) = self.call(&call_id) {
                 self.decline_as_no_decision(hub, &record);
@@ -209,15 +210,15 @@ impl ActiveReply {
         match sender {
             Some(sender) => sender
                 .send(decision)
-                .map_err(|_| ApprovalError::NotPending(call_id.to_owned())),
-            None => Err(ApprovalError::NotPending(call_id.to_owned())),
+                .map_err(|_| ApprovalError::NotPending(call_id.into())),
+            None => Err(ApprovalError::NotPending(call_id.into())),
         }
     }
 
     /// Declines one pending call as "no decision" (A15), in the way [`Self::decline_pending`]
     /// does for all: the waiting call wakes up when its sender is dropped here.
     fn decide_no_decision(&self, hub: &EventHub, call_id: &str) -> Result<(), ApprovalError> {
-        let not_pending = || ApprovalError::NotPending(call_id.to_owned());
+        let not_pending = || ApprovalError::NotPending(call_id.into());
         // Taking the sender is the decision: whoever takes it first wins (A16).
         let sender = self.state().approvals.remove(call_id).ok_or_else(not_pending)?;
         let record = self.call(call_id).ok_or_else(not_pending)?;
@@ -230,7 +231,7 @@ impl ActiveReply {
     }
 
     /// Marks the reply over; returns the terminal states of its calls.
-    pub(crate) fn finish(&self) -> Vec<(String, ToolCallState)> {
+    pub(crate) fn finish(&self) -> Vec<(CallId, ToolCallState)> {
         let mut state = self.state();
         state.finished = true;
         state.approvals.clear();
@@ -272,13 +273,14 @@ impl AgentHandle {
     /// Cancels one tool call of the running reply, in whatever phase it is (spec 3.5); the reply
     /// goes on (P6). Calls of earlier replies answer `AlreadyFinished` (C3), unknown ids
     /// `NotFound` (C4).
-    pub fn cancel_call(&self, call_id: &str) -> CancelOutcome {
+    pub fn cancel_call(&self, call_id: impl Into<CallId>) -> CancelOutcome {
+        let call_id = call_id.into();
         if let Some(reply) = self.inner.active_reply()
-            && let Some(record) = reply.call(call_id)
+            && let Some(record) = reply.call(&call_id)
         {
             return reply.cancel_record(&self.inner.events, &record, CancelReason::User);
         }
-        match self.inner.finished_call(call_id) {
+        match self.inner.finished_call(&call_id) {
             Some(ToolCallState::Cancelled { .. }) => CancelOutcome::AlreadyCancelled,
             Some(state) => CancelOutcome::AlreadyFinished(Some(state)),
             None => CancelOutcome::NotFound,
@@ -297,10 +299,15 @@ impl AgentHandle {
 
     /// Answers an approval request (spec 3.2). The first decision wins; a decision for a call
     /// that is not waiting for one is refused and changes nothing (A16).
-    pub fn decide(&self, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+    pub fn decide(
+        &self,
+        call_id: impl Into<CallId>,
+        decision: ApprovalDecision,
+    ) -> Result<(), ApprovalError> {
+        let call_id = call_id.into();
         match self.inner.active_reply() {
-            Some(reply) => reply.decide(call_id, decision),
-            None => Err(ApprovalError::NotPending(call_id.to_owned())),
+            Some(reply) => reply.decide(&call_id, decision),
+            None => Err(ApprovalError::NotPending(call_id)),
         }
     }
 
@@ -308,10 +315,11 @@ impl AgentHandle {
     /// closed: the call becomes `Declined { reason: "no decision" }` with the decision source
     /// `NoDecision`, as when the approval channel closes (A15). Like [`Self::decide`], the first
     /// decision wins and a call that is not pending is refused (A16).
-    pub fn decide_no_decision(&self, call_id: &str) -> Result<(), ApprovalError> {
+    pub fn decide_no_decision(&self, call_id: impl Into<CallId>) -> Result<(), ApprovalError> {
+        let call_id = call_id.into();
         match self.inner.active_reply() {
-            Some(reply) => reply.decide_no_decision(&self.inner.events, call_id),
-            None => Err(ApprovalError::NotPending(call_id.to_owned())),
+            Some(reply) => reply.decide_no_decision(&self.inner.events, &call_id),
+            None => Err(ApprovalError::NotPending(call_id)),
         }
     }
 

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::ReplyId;
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ToolChoice;
 use crate::tool::ToolCallState;
@@ -40,7 +41,7 @@ pub struct HookContext {
     /// The agent's name.
     pub agent_name: String,
     /// The current reply.
-    pub reply_id: String,
+    pub reply_id: ReplyId,
     /// The reasoning/acting round, from 0.
     pub iteration: usize,
 }

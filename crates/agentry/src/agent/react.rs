@@ -14,9 +14,10 @@ use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STR
 use super::{AgentError, AgentInner, HookList, REPLY_INTERRUPTED_NOTE};
 use crate::memory::{check_tool_pairs, repair_tool_pairs};
 use crate::message::{BlockKind, ContentBlock, Msg, Role, new_id};
+use crate::{CallId, ReplyId};
 
 pub(crate) fn new_reply(sink: Option<tokio::sync::mpsc::UnboundedSender<AgentEvent>>) -> Arc<ActiveReply> {
-    ActiveReply::new(new_id(), sink)
+    ActiveReply::new(ReplyId::new(new_id()), sink)
 }
 use crate::model::{ChatRequest, ChatUsage, ModelError, ToolChoice, ToolSchema};
 
@@ -45,7 +46,7 @@ pub(crate) struct ReplyCx<'a> {
     last_assistant: Option<Msg>,
     /// The ids of every call of this reply: an id is never reused within a reply, so
     /// `cancel_call` always finds the call that is running (C4).
-    call_ids: HashSet<String>,
+    call_ids: HashSet<CallId>,
 }
 
 impl<'a> ReplyCx<'a> {
@@ -406,7 +407,7 @@ impl ReplyCx<'_> {
                     || self.call_ids.contains(&call.id)
                     || self.inner.is_finished_call(&call.id)
                 {
-                    call.id = format!("call_{}", new_id());
+                    call.id = CallId::new(format!("call_{}", new_id()));
                 }
                 self.call_ids.insert(call.id.clone());
                 if call.input.is_null() && call.raw_input.is_none() {

@@ -18,6 +18,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cancel_slot;
 mod client;
 mod config;
 mod http;

@@ -1,22 +1,19 @@
 //! An MCP server's tool as a [`Tool`]: called like any local tool, through the same
 //! `ToolContext` (cancellation, progress), with the same cumulative chunks.
 
-use std::future::Future;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::task::Context;
-use std::time::Duration;
+use std::sync::Arc;
 
 use futures::StreamExt;
+use rmcp::ServiceError;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientRequest, RequestId, ResourceContents, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ResourceContents, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
-use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::McpTransport;
+use super::cancel_slot::CancelSlot;
 use super::client::{McpClient, McpToolInfo, Progress};
 use crate::error_chain;
 use crate::message::{ContentBlock, MediaSource};
@@ -59,108 +56,6 @@ fn cancel_reason(ctx: &ToolContext) -> &'static str {
     }
 }
 
-/// The cancel notification of one request: enqueued at most once, never after the response
-/// (M1, M4), and before `on_cancel` returns, hence before the agent records the cancelled
-/// result (L4).
-struct CancelSlot {
-    state: Mutex<Slot>,
-    handed_over: Condvar,
-    client: McpClient,
-    runtime: tokio::runtime::Handle,
-}
-
-enum Slot {
-    /// The request is on its way to the transport; a cancel now waits for its id.
-    Sending,
-    /// The request went out: a cancel notifies the server.
-    Sent { peer: Peer<RoleClient>, id: RequestId },
-    /// Answered, notified, or never sent: nothing more to send.
-    Closed,
-}
-
-/// How long a cancel waits for a request that is being handed to the transport.
-const HANDOVER_WAIT: Duration = Duration::from_millis(100);
-
-impl CancelSlot {
-    fn new(client: McpClient) -> Self {
-        CancelSlot {
-            state: Mutex::new(Slot::Sending),
-            handed_over: Condvar::new(),
-            client,
-            runtime: tokio::runtime::Handle::current(),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Slot> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The request was handed to the transport; `cancelled`: the call was cancelled meanwhile.
-    fn sent(&self, peer: Peer<RoleClient>, id: RequestId, cancelled: Option<&'static str>) {
-        let mut state = self.lock();
-        if matches!(*state, Slot::Sending) {
-            *state = match cancelled {
-                Some(reason) => {
-                    self.enqueue(&peer, id, reason);
-                    Slot::Closed
-                }
-                None => Slot::Sent { peer, id },
-            };
-        }
-        self.handed_over.notify_all();
-    }
-
-    /// No notification may follow: the response came, or the request was never sent.
-    /// Whether the caller may use the response (no cancel notification went out first).
-    fn close(&self) -> bool {
-        let mut state = self.lock();
-        let usable = !matches!(*state, Slot::Closed);
-        *state = Slot::Closed;
-        self.handed_over.notify_all();
-        usable
-    }
-
-    /// Cancels the request: enqueues `notifications/cancelled` if it went out and was not
-    /// answered. Blocks (at most [`HANDOVER_WAIT`]) while the request is being handed over, so
-    /// the notification is queued before this returns; otherwise the request's sender sends it.
-    fn cancel(&self, reason: &'static str) {
-        let mut state = self.lock();
-        if matches!(*state, Slot::Sending) {
-            state = self
-                .handed_over
-                .wait_timeout_while(state, HANDOVER_WAIT, |s| matches!(s, Slot::Sending))
-                .map(|(state, _)| state)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
-        // Still `Sending` after the wait: `sent` finds the context cancelled and notifies.
-        if matches!(*state, Slot::Sent { .. })
-            && let Slot::Sent { peer, id } = std::mem::replace(&mut *state, Slot::Closed)
-        {
-            self.enqueue(&peer, id, reason);
-        }
-    }
-
-    /// Puts the notification in rmcp's outgoing queue now, without waiting for the write:
-    /// the first poll of `send_notification` enqueues it (the queue has room unless 1024
-    /// messages wait), the rest only waits for the transport's confirmation and goes to the
-    /// runtime.
-    fn enqueue(&self, peer: &Peer<RoleClient>, id: RequestId, reason: &'static str) {
-        let notification =
-            CancelledNotification::new(CancelledNotificationParam::new(Some(id), Some(reason.to_owned())));
-        let peer = peer.clone();
-        let mut send = Box::pin(tokio::task::unconstrained(async move {
-            if let Err(e) = peer.send_notification(notification.into()).await {
-                tracing::debug!(error = %e, "could not send notifications/cancelled");
-            }
-        }));
-        let waker = futures::task::noop_waker();
-        if send.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
-            self.runtime.spawn(send);
-        }
-        self.client.count_cancel_notification();
-    }
-}
-
 impl McpTool {
     fn server(&self) -> &str {
         self.client.name()
@@ -184,7 +79,10 @@ impl McpTool {
         // Registered before the request exists, so that a cancel at any point finds it (the
         // agent runs `on_cancel` before it records the cancelled result). It hands back
         // nothing (M9).
-        let slot = Arc::new(CancelSlot::new(self.client.clone()));
+        let client = self.client.clone();
+        let slot = Arc::new(CancelSlot::new(tokio::runtime::Handle::current(), move || {
+            client.count_cancel_notification()
+        }));
         {
             let (slot, reason_ctx) = (Arc::clone(&slot), ctx.clone());
             ctx.set_on_cancel(move || {

@@ -22,6 +22,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
+use crate::CallId;
 use crate::message::{Msg, ToolUseBlock};
 
 /// Why a memory operation failed.
@@ -177,7 +178,7 @@ pub fn repair_tool_pairs(msgs: Vec<Msg>) -> Vec<Msg> {
     use crate::tool::{CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState};
 
     // The first result block for every id, with the metadata of its message.
-    let mut results: HashMap<String, (ToolResultBlock, serde_json::Map<String, serde_json::Value>)> =
+    let mut results: HashMap<CallId, (ToolResultBlock, serde_json::Map<String, serde_json::Value>)> =
         HashMap::new();
     for msg in &msgs {
         for result in msg.tool_results() {
@@ -197,7 +198,7 @@ pub fn repair_tool_pairs(msgs: Vec<Msg>) -> Vec<Msg> {
             out.push(msg);
             continue;
         }
-        let calls: Vec<(String, String)> = msg.tool_uses().map(|c| (c.id.clone(), c.name.clone())).collect();
+        let calls: Vec<(CallId, String)> = msg.tool_uses().map(|c| (c.id.clone(), c.name.clone())).collect();
         out.push(msg);
         for (id, name) in calls {
             let answer = match results.remove(&id) {
@@ -315,7 +316,7 @@ mod tests {
 
     fn call(name: &str) -> ContentBlock {
         ContentBlock::ToolUse(ToolUseBlock {
-            id: crate::message::new_id(),
+            id: crate::message::new_id().into(),
             name: name.into(),
             input: json!({}),
             raw_input: None,

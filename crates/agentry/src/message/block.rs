@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::CallId;
+
 /// Where the bytes of an image or audio block are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -26,7 +28,7 @@ pub enum MediaSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolUseBlock {
     /// Call id, unique within the conversation; the result carries the same id.
-    pub id: String,
+    pub id: CallId,
     /// Name of the tool to call.
     pub name: String,
     /// Parsed arguments. While streaming this is the best parse of the arguments so far; in a
@@ -41,7 +43,7 @@ pub struct ToolUseBlock {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResultBlock {
     /// Id of the call this result answers.
-    pub id: String,
+    pub id: CallId,
     /// Name of the tool that was called.
     pub name: String,
     /// What the model will read: text, and possibly images.

@@ -22,6 +22,7 @@ use serde_json::{Map, Value};
 
 use super::partial_json::StreamedObject;
 use super::{ChatResponse, ChatUsage};
+use crate::CallId;
 use crate::message::{ContentBlock, ToolUseBlock, new_id};
 
 /// What one server event adds to a tool call. Servers differ: some send the id and name once,
@@ -214,7 +215,7 @@ impl DeltaAccumulator {
                 )
             } else {
                 ToolUseBlock {
-                    id: call.id.clone(),
+                    id: CallId::new(call.id.clone()),
                     name: call.name.clone(),
                     input: Value::Object(call.arguments.preview().clone()),
                     raw_input: Some(call.arguments.text().to_owned()),
@@ -250,7 +251,7 @@ pub(crate) fn finished_call(id: String, name: String, raw: String) -> ToolUseBlo
         }
     };
     ToolUseBlock {
-        id,
+        id: CallId::new(id),
         name,
         input,
         raw_input: Some(raw),

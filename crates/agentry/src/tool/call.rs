@@ -4,6 +4,7 @@
 //! Every transition happens under one lock, so when completion, cancellation, timeout and
 //! decline race, the first committed transition wins and the others change nothing (S1, S2).
 
+use crate::CallId;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -203,7 +204,7 @@ struct Inner {
 
 /// One call's shared record: state, token and `on_cancel` slot.
 pub(crate) struct CallRecord {
-    pub(crate) call_id: String,
+    pub(crate) call_id: CallId,
     pub(crate) tool_name: String,
     pub(crate) token: CancellationToken,
     inner: Mutex<Inner>,
@@ -221,7 +222,7 @@ pub(crate) enum CancelCommit {
 
 impl CallRecord {
     pub(crate) fn new(
-        call_id: String,
+        call_id: CallId,
         tool_name: String,
         token: CancellationToken,
         pending_approval: bool,

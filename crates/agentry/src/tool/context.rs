@@ -1,5 +1,6 @@
 //! The per-call execution context.
 
+use crate::CallId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ impl ToolContext {
     /// A context for a call run outside an agent (tests, custom drivers): running, with this
     /// token. Reports go nowhere and nobody invokes `on_cancel`; the agent does both for the
     /// calls it runs.
-    pub fn new(call_id: impl Into<String>, tool_name: impl Into<String>, token: CancellationToken) -> Self {
+    pub fn new(call_id: impl Into<CallId>, tool_name: impl Into<String>, token: CancellationToken) -> Self {
         let record = CallRecord::new(call_id.into(), tool_name.into(), token, false);
         record.start();
         ToolContext::for_record(record, None, None, DEFAULT_CANCEL_GRACE)
@@ -80,7 +81,7 @@ impl ToolContext {
     }
 
     /// The id of the call being executed.
-    pub fn call_id(&self) -> &str {
+    pub fn call_id(&self) -> &CallId {
         &self.inner.record.call_id
     }
 

@@ -59,12 +59,12 @@ pub fn spawn_process(ctx: &ToolContext, mut cmd: Command) -> io::Result<ToolProc
     let child = cmd.spawn()?;
     let group = if cfg!(unix) { child.id() } else { None };
     let token = ctx.cancellation_token().clone();
-    let call_id = ctx.call_id().to_owned();
+    let call_id = ctx.call_id().to_string();
     let watcher = tokio::spawn(async move {
         token.cancelled().await;
         if let Some(group) = group {
             tracing::debug!(
-                call_id,
+                call_id = call_id.as_str(),
                 group,
                 "the call was cancelled: killing its process group"
             );

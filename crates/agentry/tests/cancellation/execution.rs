@@ -53,8 +53,7 @@ async fn x1_l2_is_cancelled_turns_true_at_the_cancel_and_is_seen_on_other_thread
     fake.push(Reply::tool_calls([Call::new("c", "hold", "{}")]));
     fake.push(Reply::text("after the tools"));
     let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     let ctx = within("the body starts", contexts.recv()).await.unwrap();
     assert!(!ctx.is_cancelled(), "false when the body starts (X1)");
     assert!(!ctx.cancellation_token().is_cancelled());
@@ -98,8 +97,7 @@ async fn x2_on_cancel_registered_after_the_cancel_or_the_end_has_no_effect() {
     fake.push(Reply::tool_calls([Call::new("c", "hold", "{}")]));
     fake.push(Reply::text("after the tools"));
     let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     let ctx = within("the body starts", contexts.recv()).await.unwrap();
     let late_calls = Arc::new(Mutex::new(Vec::new()));
     let register_late = |ctx: &ToolContext, text: &'static str| {
@@ -136,8 +134,7 @@ async fn x4_a_second_call_of_the_same_tool_never_runs_the_first_ones_callback() 
         false,
     )
     .await;
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(2).await;
     assert_eq!(
         probe.callbacks_released(),
@@ -228,8 +225,7 @@ async fn x6_the_result_is_in_memory_before_tool_finished() {
             .build()
             .unwrap();
         *memory.events.lock().unwrap() = Some(agent.subscribe());
-        let handle = agent.handle();
-        let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+        let (handle, mut driver) = Driver::go(&agent);
         probe.started(2).await;
         driver.wait_for("quick finished", finished("quick")).await;
         assert_eq!(handle.cancel_call("cancelled"), CancelOutcome::Cancelled);
@@ -289,8 +285,7 @@ async fn x6_the_on_cancel_value_is_captured_once() {
     fake.push(Reply::tool_calls([Call::new("c", "buffered", "{}")]));
     fake.push(Reply::text("after the tools"));
     let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver
         .wait_for("started", |e| matches!(e, AgentEvent::ToolStarted { .. }))
         .await;
@@ -324,8 +319,7 @@ async fn x11_nothing_the_body_produces_after_the_cancel_is_kept() {
             }
             let (fake, agent, probe) = setup(vec![probe_call("c", args)], false).await;
             let mut later = agent.subscribe();
-            let handle = agent.handle();
-            let driver = Driver::new(agent.start_reply(Msg::user("go")));
+            let (handle, driver) = Driver::go(&agent);
             probe.started(1).await;
             assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled, "{case}");
             probe.late_done(1).await;
@@ -420,8 +414,7 @@ async fn x14_l3_the_body_is_polled_during_the_grace_and_dropped_after() {
         .cancel_grace(GRACE)
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     within("the body starts", started_rx.recv()).await.unwrap();
     let cancelled_at = tokio::time::Instant::now();
     assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
@@ -500,8 +493,7 @@ async fn x14_a_cancel_kills_the_tools_process_group() {
         .cancel_grace(Duration::from_secs(600))
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     let (child, grandchild) = within("the shell started", pids.recv()).await.unwrap();
     let (Some(child), Some(grandchild)) = (child, grandchild) else {
         panic!("no pids: {child:?} {grandchild:?}");

@@ -1,4 +1,4 @@
-//! How calls stop and what is kept of it: C4, C7, R7, T1, T3, Y2, Y3, and the seed's own case
+//! How calls stop and what is kept of it: C4, C7, R7, T1, T3, T4, Y2, Y3, and the seed's own case
 //! (cancelling running calls approved by the user and automatically, both with `on_cancel`).
 
 use std::time::Duration;
@@ -42,8 +42,7 @@ async fn c4_cancelling_a_call_the_model_still_streams_is_not_found() {
     let toolkit = Toolkit::new();
     toolkit.register(probe.tool("probe")).unwrap();
     let agent = agent(&fake, true, toolkit);
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     within("the stream pauses", gate.reached()).await;
     driver
         .wait_for(
@@ -91,8 +90,7 @@ async fn c7_a_reply_cancel_is_announced_before_each_call_finishes() {
             parallel,
         )
         .await;
-        let handle = agent.handle();
-        let driver = Driver::new(agent.start_reply(Msg::user("go")));
+        let (handle, driver) = Driver::go(&agent);
         probe.started(if parallel { 2 } else { 1 }).await;
         assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
         let (_, events) = driver.finish().await;
@@ -260,8 +258,7 @@ async fn y3_stored_records_keep_state_details_and_the_decision_source() {
         .auto_approve_tools(true)
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("first asked", asked("first")).await;
     handle
         .decide("first", ApprovalDecision::ApproveForSession)
@@ -340,6 +337,89 @@ async fn t1_an_mcp_tool_has_a_60_s_timeout_by_default() {
     }
 }
 
+/// T4 on the paused clock, with the MCP defaults (60 s, renewed by progress up to 10 minutes in
+/// all): a body that reports every 30 s is stopped by the cap at 600 s, long after the 60 s
+/// it would get without progress; one that never reports is stopped at 60 s.
+#[tokio::test(start_paused = true)]
+async fn t4_progress_renews_the_timeout_up_to_the_default_cap() {
+    let toolkit = Toolkit::new();
+    let mcp_defaults = || {
+        ToolOptions::new()
+            .timeout(MCP_DEFAULT_TIMEOUT)
+            .progress_extends_timeout(MCP_MAX_TIMEOUT)
+    };
+    let chatty = FunctionTool::new(
+        "chatty",
+        "Reports every 30 s.",
+        json!({"type": "object"}),
+        |_, ctx| {
+            agentry::tool::once(async move {
+                for _ in 0..1000 {
+                    ctx.report("still working", None);
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                "done after 30 000 s"
+            })
+        },
+    );
+    let quiet = FunctionTool::new("quiet", "Never reports.", json!({"type": "object"}), |_, _| {
+        agentry::tool::once(async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            "an hour later"
+        })
+    });
+    toolkit.register_with(chatty, mcp_defaults()).unwrap();
+    toolkit.register_with(quiet, mcp_defaults()).unwrap();
+    let model = ScriptedModel::new();
+    model.push_calls(&[("c", "chatty", json!({}))]);
+    model.push_calls(&[("q", "quiet", json!({}))]);
+    model.push_text("after the tools");
+    let agent = ReActAgent::builder()
+        .name("Friday")
+        .model(model.clone())
+        .toolkit(toolkit)
+        .build()
+        .unwrap();
+    // The deadline is on the paused clock: 2 hours pass at once when nothing else is due.
+    let mut run = agent.start_reply(Msg::user("go"));
+    let mut events = Vec::new();
+    tokio::time::timeout(Duration::from_secs(7200), async {
+        while let Some(event) = run.next_event().await {
+            events.push(event);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the reply did not end within 2 virtual hours: {events:#?}"));
+    let ran_for = |call: &str| {
+        events
+            .iter()
+            .find_map(|e| match e {
+                AgentEvent::ToolFinished {
+                    call_id, duration, ..
+                } if call_id == call => Some(*duration),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(state_of(&events, "c"), ToolCallState::TimedOut { partial: false });
+    assert_eq!(state_of(&events, "q"), ToolCallState::TimedOut { partial: false });
+    let (chatty_ran, quiet_ran) = (ran_for("c"), ran_for("q"));
+    assert!(
+        chatty_ran >= MCP_MAX_TIMEOUT && chatty_ran < MCP_MAX_TIMEOUT + Duration::from_secs(30),
+        "the cap stopped the reporting call: {chatty_ran:?}"
+    );
+    assert!(
+        quiet_ran >= MCP_DEFAULT_TIMEOUT && quiet_ran < MCP_DEFAULT_TIMEOUT + Duration::from_secs(1),
+        "the idle timeout stopped the silent call: {quiet_ran:?}"
+    );
+    assert!(
+        model.result(1, "c").text().contains("timed out"),
+        "{}",
+        model.result(1, "c").text()
+    );
+    model.assert_no_violations();
+}
+
 /// An agent on an in-process model calling `slow` (timeout 40 ms) once with `args`.
 fn slow_agent(args: serde_json::Value, probe: &Probe) -> (ReActAgent, ScriptedModel) {
     let model = ScriptedModel::new();
@@ -368,8 +448,7 @@ fn slow_agent(args: serde_json::Value, probe: &Probe) -> (ReActAgent, ScriptedMo
 async fn t3_a_cancel_committed_before_the_timeout_stays_a_cancel() {
     let probe = Probe::new();
     let (agent, model) = slow_agent(json!({"wait": true, "block_on_cancel": true}), &probe);
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     assert_eq!(handle.cancel_call("t"), CancelOutcome::Cancelled);
     probe.on_cancel_entered(1).await;
@@ -394,8 +473,7 @@ async fn t3_a_cancel_committed_before_the_timeout_stays_a_cancel() {
 async fn t3_a_cancel_after_the_timeout_gets_the_timed_out_state() {
     let probe = Probe::new();
     let (agent, model) = slow_agent(json!({"wait": true, "block_on_cancel": true}), &probe);
-    let handle = agent.handle();
-    let driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, driver) = Driver::go(&agent);
     probe.started(1).await;
     // Nothing else to do: the paused clock reaches the 40 ms timeout, which runs on_cancel.
     probe.on_cancel_entered(1).await;
@@ -444,8 +522,7 @@ async fn t3_a_cancel_after_a_settled_timeout_changes_nothing() {
         .toolkit(toolkit)
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("t timed out", finished("t")).await;
     probe.started(2).await;
     let before = agent.memory().messages().await.unwrap();
@@ -506,8 +583,7 @@ async fn seed_cancelling_user_and_auto_approved_running_calls_gives_the_model_th
         .auto_approve_tools(true)
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("asked", asked("asked")).await;
     handle.decide("asked", ApprovalDecision::Approve).unwrap();
     probe.started(1).await;

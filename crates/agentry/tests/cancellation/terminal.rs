@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentry::agent::{AgentEvent, AgentHook, HookContext, ReActAgent, ReActAgentBuilder};
-use agentry::message::{Msg, ToolResultBlock, ToolUseBlock};
+use agentry::message::{ToolResultBlock, ToolUseBlock};
 use agentry::tool::{
     ApprovalDecision, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelOutcome, CancelReason, ToolCallState,
     ToolOptions, Toolkit, declined_text, timed_out_text,
@@ -81,7 +81,7 @@ impl AgentHook for StateRecorder {
         state: &ToolCallState,
         _: &mut ToolResultBlock,
     ) {
-        self.0.lock().unwrap().push((call.id.clone(), state.clone()));
+        self.0.lock().unwrap().push((call.id.to_string(), state.clone()));
     }
 }
 
@@ -112,8 +112,7 @@ pub(crate) async fn every_terminal_state(make: impl FnOnce(Toolkit) -> ReActAgen
         .hook("states", StateRecorder(Arc::clone(&hooks)))
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut driver = Driver::new(agent.start_reply(Msg::user("go")));
+    let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("approval asked", asked("declined")).await;
     handle
         .decide(

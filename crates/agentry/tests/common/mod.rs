@@ -130,8 +130,8 @@ pub fn assert_one_last_per_message(events: &[AgentEvent]) {
 /// and no `ToolFinished` lacks its `ToolStarted`.
 pub fn assert_one_finish_per_call(events: &[AgentEvent]) {
     use std::collections::HashMap;
-    let mut open: HashMap<String, usize> = HashMap::new();
-    let mut finished: HashMap<String, usize> = HashMap::new();
+    let mut open: HashMap<agentry::CallId, usize> = HashMap::new();
+    let mut finished: HashMap<agentry::CallId, usize> = HashMap::new();
     for event in events {
         match event {
             AgentEvent::ToolStarted { call_id, .. } => *open.entry(call_id.clone()).or_default() += 1,

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agentry::agent::{AgentError, AgentEvent, ReplyRun};
+use agentry::agent::{AgentError, AgentEvent, AgentHandle, ReActAgent, ReplyRun};
 use agentry::message::Msg;
 use agentry::tool::{FunctionTool, ToolContext, ToolResponse, ToolStream};
 use futures::StreamExt;
@@ -178,7 +178,7 @@ impl Probe {
 
 fn register(state: &Arc<ProbeState>, args: &ProbeArgs, ctx: &ToolContext) {
     let counting = |state: &Arc<ProbeState>, ctx: &ToolContext| {
-        let released = Released(Arc::clone(state), ctx.call_id().to_owned());
+        let released = Released(Arc::clone(state), ctx.call_id().to_string());
         let state = Arc::clone(state);
         let ctx = ctx.clone();
         move || {
@@ -188,7 +188,7 @@ fn register(state: &Arc<ProbeState>, args: &ProbeArgs, ctx: &ToolContext) {
                 .on_cancel_calls
                 .lock()
                 .unwrap()
-                .push(ctx.call_id().to_owned());
+                .push(ctx.call_id().to_string());
             state
                 .on_cancel_saw_cancelled
                 .store(ctx.is_cancelled(), Ordering::SeqCst);
@@ -245,7 +245,7 @@ fn body(state: Arc<ProbeState>, args: ProbeArgs, ctx: ToolContext) -> ToolStream
         .cancelled_at_start
         .lock()
         .unwrap()
-        .push((ctx.call_id().to_owned(), ctx.is_cancelled()));
+        .push((ctx.call_id().to_string(), ctx.is_cancelled()));
     state.user_actions.lock().unwrap().push(ctx.user_action());
     register(&state, &args, &ctx);
     for _ in 0..args.reports {
@@ -319,6 +319,11 @@ impl Driver {
             run,
             seen: Vec::new(),
         }
+    }
+
+    /// The agent's handle, and a driver of its reply to the user message "go".
+    pub fn go(agent: &ReActAgent) -> (AgentHandle, Driver) {
+        (agent.handle(), Driver::new(agent.start_reply(Msg::user("go"))))
     }
 
     /// Reads events until one matches.
