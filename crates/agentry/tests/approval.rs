@@ -711,12 +711,7 @@ async fn a18_time_waiting_for_approval_does_not_count_toward_the_timeout() {
     let model = common::scripted::ScriptedModel::new();
     model.push_calls(&[("g", "guarded", json!({"wait": true}))]);
     model.push_text("after the tools");
-    let agent = ReActAgent::builder()
-        .name("Friday")
-        .model(model.clone())
-        .toolkit(toolkit)
-        .build()
-        .unwrap();
+    let agent = model.agent(toolkit);
     let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("asked", asked("g")).await;
     tokio::time::advance(Duration::from_secs(60)).await;

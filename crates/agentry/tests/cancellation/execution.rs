@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentry::agent::{AgentEvent, EventStream, ReActAgent};
+use agentry::agent::{AgentEvent, EventStream};
 use agentry::memory::{InMemoryMemory, Memory, MemoryError};
 use agentry::message::Msg;
 use agentry::tool::{
@@ -407,13 +407,7 @@ async fn x14_l3_the_body_is_polled_during_the_grace_and_dropped_after() {
     let model = ScriptedModel::new();
     model.push_calls(&[("c", "stubborn", json!({}))]);
     model.push_text("after the tools");
-    let agent = ReActAgent::builder()
-        .name("Friday")
-        .model(model.clone())
-        .toolkit(toolkit)
-        .cancel_grace(GRACE)
-        .build()
-        .unwrap();
+    let agent = model.builder(toolkit).cancel_grace(GRACE).build().unwrap();
     let (handle, driver) = Driver::go(&agent);
     within("the body starts", started_rx.recv()).await.unwrap();
     let cancelled_at = tokio::time::Instant::now();

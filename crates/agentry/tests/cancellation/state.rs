@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agentry::agent::{AgentEvent, CancelTarget, ReActAgent};
+use agentry::agent::{AgentEvent, CancelTarget};
 use agentry::message::{ContentBlock, Msg, Role, ToolUseBlock};
 use agentry::model::{ChatModel, ChatRequest};
 use agentry::tool::{
@@ -86,10 +86,8 @@ async fn one_interleaving(seed: u64) -> Vec<ToolCallState> {
     let model = ScriptedModel::new();
     model.push_calls(&calls);
     model.push_text("done");
-    let agent = ReActAgent::builder()
-        .name("Friday")
-        .model(model.clone())
-        .toolkit(toolkit)
+    let agent = model
+        .builder(toolkit)
         .parallel_tool_calls(rng.below(2) == 0)
         .build()
         .unwrap();

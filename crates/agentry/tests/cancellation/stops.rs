@@ -138,13 +138,7 @@ async fn r7_post_acting_hooks_run_for_every_terminal_state() {
     let model = ScriptedModel::new();
     model.push_calls(&TERMINAL_CALLS.map(|(id, tool, args)| (id, tool, serde_json::from_str(args).unwrap())));
     model.push_text("after the tools");
-    let run = every_terminal_state(|toolkit| {
-        ReActAgent::builder()
-            .name("Friday")
-            .model(model.clone())
-            .toolkit(toolkit)
-    })
-    .await;
+    let run = every_terminal_state(|toolkit| model.builder(toolkit)).await;
     let expected: Vec<(String, ToolCallState)> = terminal_expected()
         .into_iter()
         .map(|(id, state, ..)| (id.to_owned(), state))
@@ -162,13 +156,7 @@ async fn y2_each_terminal_state_reaches_the_model_with_its_text_and_error_flag()
     let model = ScriptedModel::new();
     model.push_calls(&TERMINAL_CALLS.map(|(id, tool, args)| (id, tool, serde_json::from_str(args).unwrap())));
     model.push_text("after the tools");
-    let run = every_terminal_state(|toolkit| {
-        ReActAgent::builder()
-            .name("Friday")
-            .model(model.clone())
-            .toolkit(toolkit)
-    })
-    .await;
+    let run = every_terminal_state(|toolkit| model.builder(toolkit)).await;
     check_all(&run.agent, &run.events).await;
     for (id, state, text, is_error) in terminal_expected() {
         let sent = model.result(1, id);
@@ -299,12 +287,7 @@ async fn t1_a_local_tool_has_no_timeout_by_default() {
     let model = ScriptedModel::new();
     model.push_calls(&[("c", "patient", json!({}))]);
     model.push_text("after the tools");
-    let agent = ReActAgent::builder()
-        .name("Friday")
-        .model(model.clone())
-        .toolkit(toolkit)
-        .build()
-        .unwrap();
+    let agent = model.agent(toolkit);
     let driver = Driver::new(agent.start_reply(Msg::user("go")));
     within("the body starts", started.recv()).await.unwrap();
     // The hour passes at once; a default timeout of any length would fire on the way.
@@ -374,12 +357,7 @@ async fn t4_progress_renews_the_timeout_up_to_the_default_cap() {
     model.push_calls(&[("c", "chatty", json!({}))]);
     model.push_calls(&[("q", "quiet", json!({}))]);
     model.push_text("after the tools");
-    let agent = ReActAgent::builder()
-        .name("Friday")
-        .model(model.clone())
-        .toolkit(toolkit)
-        .build()
-        .unwrap();
+    let agent = model.agent(toolkit);
     // The deadline is on the paused clock: 2 hours pass at once when nothing else is due.
     let mut run = agent.start_reply(Msg::user("go"));
     let mut events = Vec::new();
@@ -432,10 +410,8 @@ fn slow_agent(args: serde_json::Value, probe: &Probe) -> (ReActAgent, ScriptedMo
             ToolOptions::new().timeout(Duration::from_millis(40)),
         )
         .unwrap();
-    let agent = ReActAgent::builder()
-        .name("Friday")
-        .model(model.clone())
-        .toolkit(toolkit)
+    let agent = model
+        .builder(toolkit)
         .on_cancel_budget(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -516,12 +492,7 @@ async fn t3_a_cancel_after_a_settled_timeout_changes_nothing() {
         )
         .unwrap();
     toolkit.register(probe.tool("slow_free")).unwrap();
-    let agent = ReActAgent::builder()
-        .name("Friday")
-        .model(model.clone())
-        .toolkit(toolkit)
-        .build()
-        .unwrap();
+    let agent = model.agent(toolkit);
     let (handle, mut driver) = Driver::go(&agent);
     driver.wait_for("t timed out", finished("t")).await;
     probe.started(2).await;

@@ -5,9 +5,11 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use agentry::agent::{ReActAgent, ReActAgentBuilder};
 use agentry::memory::check_tool_pairs;
 use agentry::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
 use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
+use agentry::tool::Toolkit;
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -39,6 +41,19 @@ pub fn tool_use(id: &str, name: &str, input: Value) -> ContentBlock {
 impl ScriptedModel {
     pub fn new() -> Self {
         ScriptedModel::default()
+    }
+
+    /// A builder of the test agent ("Friday") on this model and `toolkit`.
+    pub fn builder(&self, toolkit: Toolkit) -> ReActAgentBuilder {
+        ReActAgent::builder()
+            .name("Friday")
+            .model(self.clone())
+            .toolkit(toolkit)
+    }
+
+    /// The test agent on this model and `toolkit`.
+    pub fn agent(&self, toolkit: Toolkit) -> ReActAgent {
+        self.builder(toolkit).build().unwrap()
     }
 
     /// Scripts one turn with these blocks.
