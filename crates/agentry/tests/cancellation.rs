@@ -19,7 +19,7 @@ mod terminal;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use agentry::agent::{AgentEvent, CancelTarget, REPLY_INTERRUPTED_NOTE, ReActAgent, StopReason};
+use agentry::agent::{AgentEvent, AgentHandle, CancelTarget, REPLY_INTERRUPTED_NOTE, ReActAgent, StopReason};
 use agentry::memory::{InMemoryMemory, Memory};
 use agentry::message::{ContentBlock, Msg, Role, ToolUseBlock};
 use agentry::tool::{
@@ -48,6 +48,56 @@ async fn setup(calls: Vec<Call>, parallel: bool) -> (FakeLlm, ReActAgent, Probe)
         .build()
         .unwrap();
     (fake, agent, probe)
+}
+
+/// A reply paused while the model streams two probe calls: `a` with its arguments complete,
+/// `b` half sent (`b_result` cut in the middle). The fake answers `then` to the next request.
+struct MidStream {
+    fake: FakeLlm,
+    agent: ReActAgent,
+    probe: Probe,
+    gate: Gate,
+    handle: AgentHandle,
+    driver: Driver,
+}
+
+async fn two_calls_mid_stream(a_result: &str, b_result: &str, then: Option<Reply>) -> MidStream {
+    let fake = FakeLlm::start().await;
+    let gate = Gate::new();
+    // Events: role, 2 text pieces, a's header, 2 argument pieces, b's header, 2 argument pieces,
+    // finish, usage, [DONE]. Pausing after 8 sends b's first half only.
+    fake.push(
+        Reply::tool_calls([
+            probe_call("a", json!({"result": a_result})),
+            Call::new("b", "probe", json!({"result": b_result}).to_string()),
+        ])
+        .with_text("Let me check.")
+        .chunks(2)
+        .pause_after(8, gate.clone()),
+    );
+    if let Some(then) = then {
+        fake.push(then);
+    }
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register(probe.tool("probe")).unwrap();
+    let agent = agent(&fake, true, toolkit);
+    let (handle, mut driver) = Driver::go(&agent);
+    within("the stream pauses", gate.reached()).await;
+    driver
+        .wait_for(
+            "both calls streaming",
+            |e| matches!(e, AgentEvent::Message { msg, last: false } if msg.tool_uses().count() == 2),
+        )
+        .await;
+    MidStream {
+        fake,
+        agent,
+        probe,
+        gate,
+        handle,
+        driver,
+    }
 }
 
 fn cancelled_running(partial: bool, reason: CancelReason) -> ToolCallState {
@@ -616,31 +666,14 @@ async fn r2_r4_r5_cancel_reply_stops_every_call_in_its_phase_and_no_model_reques
 
 #[tokio::test]
 async fn r3_cancel_while_the_model_streams_keeps_the_text_and_the_complete_calls() {
-    let fake = FakeLlm::start().await;
-    let gate = Gate::new();
-    // Events: role, 2 text pieces, a's header, 2 argument pieces, b's header, 2 argument pieces,
-    // finish, usage, [DONE]. Pausing after 8 sends b's first half only.
-    fake.push(
-        Reply::tool_calls([
-            probe_call("a", json!({"result": "never"})),
-            Call::new("b", "probe", r#"{"result": "never either"}"#),
-        ])
-        .with_text("Let me check.")
-        .chunks(2)
-        .pause_after(8, gate.clone()),
-    );
-    let probe = Probe::new();
-    let toolkit = Toolkit::new();
-    toolkit.register(probe.tool("probe")).unwrap();
-    let agent = agent(&fake, true, toolkit);
-    let (handle, mut driver) = Driver::go(&agent);
-    within("the stream pauses", gate.reached()).await;
-    driver
-        .wait_for(
-            "both calls streaming",
-            |e| matches!(e, AgentEvent::Message { msg, last: false } if msg.tool_uses().count() == 2),
-        )
-        .await;
+    let MidStream {
+        fake,
+        agent,
+        probe,
+        gate,
+        handle,
+        driver,
+    } = two_calls_mid_stream("never", "never either", None).await;
     assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
     let (reply, events) = driver.finish().await;
     let memory = check_all(&agent, &events).await;

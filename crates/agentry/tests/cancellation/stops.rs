@@ -10,46 +10,28 @@ use agentry::tool::{
     ApprovalDecision, CancelOutcome, CancelReason, FunctionTool, ToolCallState, ToolOptions, Toolkit,
     UserAction, timed_out_text,
 };
-use agentry_testkit::{Call, FakeLlm, Gate, Reply};
+use agentry_testkit::{Call, FakeLlm, Reply};
 use serde_json::json;
 
 use super::common::probe::{Driver, Probe, asked, finished};
 use super::common::scripted::ScriptedModel;
 use super::common::*;
 use super::terminal::{TERMINAL_CALLS, every_terminal_state, push_terminal_calls, terminal_expected};
-use super::{cancelled_running, probe_call, setup};
+use super::{MidStream, cancelled_running, probe_call, setup, two_calls_mid_stream};
 
 /// C4: while the model still streams its answer, its calls are not registered: cancelling a
 /// call whose arguments are complete, or still streaming, answers `NotFound` and changes
 /// nothing; both run normally once the answer is complete.
 #[tokio::test]
 async fn c4_cancelling_a_call_the_model_still_streams_is_not_found() {
-    let fake = FakeLlm::start().await;
-    let gate = Gate::new();
-    // Events: role, 2 text pieces, a's header, 2 argument pieces, b's header, 2 argument pieces,
-    // finish, usage, [DONE]. Pausing after 8 sends b's first half only.
-    fake.push(
-        Reply::tool_calls([
-            probe_call("a", json!({"result": "a ran"})),
-            Call::new("b", "probe", r#"{"result": "b ran"}"#),
-        ])
-        .with_text("Let me check.")
-        .chunks(2)
-        .pause_after(8, gate.clone()),
-    );
-    fake.push(Reply::text("after the tools"));
-    let probe = Probe::new();
-    let toolkit = Toolkit::new();
-    toolkit.register(probe.tool("probe")).unwrap();
-    let agent = agent(&fake, true, toolkit);
-    let (handle, mut driver) = Driver::go(&agent);
-    within("the stream pauses", gate.reached()).await;
-    driver
-        .wait_for(
-            "both calls streaming",
-            |e| matches!(e, AgentEvent::Message { msg, last: false } if msg.tool_uses().count() == 2),
-        )
-        .await;
+    let MidStream {
+        fake,
+        agent,
+        probe,
+        gate,
+        handle,
+        driver,
+    } = two_calls_mid_stream("a ran", "b ran", Some(Reply::text("after the tools"))).await;
     assert_eq!(
         handle.cancel_call("a"),
         CancelOutcome::NotFound,
@@ -130,14 +112,20 @@ async fn c7_a_reply_cancel_is_announced_before_each_call_finishes() {
     }
 }
 
+/// The in-process model scripted with [`TERMINAL_CALLS`], then a final answer.
+fn terminal_script() -> ScriptedModel {
+    let model = ScriptedModel::new();
+    model.push_calls(&TERMINAL_CALLS.map(|(id, tool, args)| (id, tool, serde_json::from_str(args).unwrap())));
+    model.push_text("after the tools");
+    model
+}
+
 /// R7: the post-acting hooks run once for every call, whatever its terminal state: completed,
 /// failed, declined, timed out, cancelled while running (with and without a partial result)
 /// and cancelled before it started; each with its state.
 #[tokio::test]
 async fn r7_post_acting_hooks_run_for_every_terminal_state() {
-    let model = ScriptedModel::new();
-    model.push_calls(&TERMINAL_CALLS.map(|(id, tool, args)| (id, tool, serde_json::from_str(args).unwrap())));
-    model.push_text("after the tools");
+    let model = terminal_script();
     let run = every_terminal_state(|toolkit| model.builder(toolkit)).await;
     let expected: Vec<(String, ToolCallState)> = terminal_expected()
         .into_iter()
@@ -153,9 +141,7 @@ async fn r7_post_acting_hooks_run_for_every_terminal_state() {
 /// including cancelled before start and cancelled with a partial result.
 #[tokio::test]
 async fn y2_each_terminal_state_reaches_the_model_with_its_text_and_error_flag() {
-    let model = ScriptedModel::new();
-    model.push_calls(&TERMINAL_CALLS.map(|(id, tool, args)| (id, tool, serde_json::from_str(args).unwrap())));
-    model.push_text("after the tools");
+    let model = terminal_script();
     let run = every_terminal_state(|toolkit| model.builder(toolkit)).await;
     check_all(&run.agent, &run.events).await;
     for (id, state, text, is_error) in terminal_expected() {
