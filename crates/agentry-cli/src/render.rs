@@ -280,43 +280,64 @@ mod tests {
         (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
     }
 
-    #[test]
-    fn model_text_is_escaped_however_it_is_split() {
-        let mut m = Msg::assistant("bot", "Hel\u{1b}");
-        let first = AgentEvent::Message {
+    /// A streamed answer with one call `c1`: a first chunk of `first_text`, the complete message
+    /// (`text` and the call), the call's start, its result message when given, and its end.
+    fn one_call(
+        first_text: &str,
+        text: &str,
+        call: ToolUseBlock,
+        result: Option<&str>,
+        ran_for: Duration,
+    ) -> Vec<AgentEvent> {
+        let mut m = Msg::assistant("bot", first_text);
+        let mut events = vec![AgentEvent::Message {
             msg: m.clone(),
             last: false,
+        }];
+        m.content = vec![ContentBlock::text(text), ContentBlock::ToolUse(call.clone())];
+        events.push(AgentEvent::Message { msg: m, last: true });
+        events.push(AgentEvent::ToolStarted {
+            reply_id: "r".into(),
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            input: call.input.clone(),
+        });
+        if let Some(result) = result {
+            events.push(AgentEvent::Message {
+                msg: Msg::tool_result(ToolResultBlock {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    output: vec![ContentBlock::text(result)],
+                    is_error: false,
+                }),
+                last: true,
+            });
+        }
+        events.push(AgentEvent::ToolFinished {
+            reply_id: "r".into(),
+            call_id: call.id,
+            name: call.name,
+            state: ToolCallState::Completed,
+            duration: ran_for,
+        });
+        events
+    }
+
+    #[test]
+    fn model_text_is_escaped_however_it_is_split() {
+        let call = ToolUseBlock {
+            id: "c1".into(),
+            name: "calc\u{1b}[2K\r".into(),
+            input: serde_json::Value::Null,
+            raw_input: Some("[\"\u{1b}]0;t\u{7}\"]".into()),
         };
-        m.content = vec![
-            ContentBlock::text("Hel\u{1b}[2Jlo\u{202e}"),
-            ContentBlock::ToolUse(ToolUseBlock {
-                id: "c1".into(),
-                name: "calc\u{1b}[2K\r".into(),
-                input: serde_json::Value::Null,
-                raw_input: Some("[\"\u{1b}]0;t\u{7}\"]".into()),
-            }),
-        ];
-        let second = AgentEvent::Message {
-            msg: m.clone(),
-            last: true,
-        };
-        let events = vec![
-            first,
-            second,
-            AgentEvent::ToolStarted {
-                reply_id: "r".into(),
-                call_id: "c1".into(),
-                name: "calc\u{1b}[2K\r".into(),
-                input: serde_json::Value::Null,
-            },
-            AgentEvent::ToolFinished {
-                reply_id: "r".into(),
-                call_id: "c1".into(),
-                name: "calc\u{1b}[2K\r".into(),
-                state: ToolCallState::Completed,
-                duration: Duration::from_micros(5),
-            },
-        ];
+        let events = one_call(
+            "Hel\u{1b}",
+            "Hel\u{1b}[2Jlo\u{202e}",
+            call,
+            None,
+            Duration::from_micros(5),
+        );
         let (out, err) = render(&events);
         assert_eq!(out, "Hel\\e[2Jlo\\u{202e}\n");
         assert_eq!(err, "⚙ calc\\e[2K\\r([\"\\e]0;t\\a\"]) →  [5 µs]\n");
@@ -324,51 +345,13 @@ mod tests {
 
     #[test]
     fn streamed_text_is_printed_once_and_tool_calls_get_a_line() {
-        let mut m = Msg::assistant("bot", "Hel");
-        let first = AgentEvent::Message {
-            msg: m.clone(),
-            last: false,
-        };
-        m.content = vec![
-            ContentBlock::text("Hello"),
-            ContentBlock::ToolUse(ToolUseBlock {
-                id: "c1".into(),
-                name: "add".into(),
-                input: json!({"a": 1}),
-                raw_input: None,
-            }),
-        ];
-        let second = AgentEvent::Message {
-            msg: m.clone(),
-            last: true,
-        };
-        let result = Msg::tool_result(ToolResultBlock {
+        let call = ToolUseBlock {
             id: "c1".into(),
             name: "add".into(),
-            output: vec![ContentBlock::text("2\nmore")],
-            is_error: false,
-        });
-        let events = vec![
-            first,
-            second,
-            AgentEvent::ToolStarted {
-                reply_id: "r".into(),
-                call_id: "c1".into(),
-                name: "add".into(),
-                input: json!({"a": 1}),
-            },
-            AgentEvent::Message {
-                msg: result,
-                last: true,
-            },
-            AgentEvent::ToolFinished {
-                reply_id: "r".into(),
-                call_id: "c1".into(),
-                name: "add".into(),
-                state: ToolCallState::Completed,
-                duration: Duration::from_micros(1500),
-            },
-        ];
+            input: json!({"a": 1}),
+            raw_input: None,
+        };
+        let events = one_call("Hel", "Hello", call, Some("2\nmore"), Duration::from_micros(1500));
         let (out, err) = render(&events);
         assert_eq!(out, "Hello\n");
         assert_eq!(err, "⚙ add({\"a\":1}) → 2 more [1.5 ms]\n");
