@@ -40,6 +40,64 @@ pub struct ModelArgs {
     /// Config file (JSON) [default: $XDG_CONFIG_HOME/agentry/config.json or ~/.config/agentry/config.json]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Where the model runs: `openai` (an OpenAI-compatible server) or `local` (a GGUF model
+    /// inside this process) [env: AGENTRY_PROVIDER] [default: openai]
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<ProviderName>,
+    /// The GGUF file of the local model (with `--provider local`) [env: AGENTRY_MODEL_PATH]
+    #[arg(long, value_name = "FILE")]
+    pub model_path: Option<PathBuf>,
+}
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderName {
+    /// An OpenAI-compatible server.
+    Openai,
+    /// A GGUF model in this process.
+    Local,
+}
+
+/// The model to build, from flags, environment and file.
+#[derive(Debug, Clone)]
+pub enum ProviderConfig {
+    /// An OpenAI-compatible server.
+    OpenAi(OpenAiConfig),
+    /// A GGUF file run in this process.
+    Local {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// Which provider the flags, the environment and the file ask for.
+pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<ProviderConfig> {
+    let from_env = match env("AGENTRY_PROVIDER") {
+        Some(name) => Some(match name.to_ascii_lowercase().as_str() {
+            "openai" => ProviderName::Openai,
+            "local" => ProviderName::Local,
+            other => anyhow::bail!("AGENTRY_PROVIDER={other:?}: use openai or local"),
+        }),
+        None => None,
+    };
+    match args
+        .provider
+        .or(from_env)
+        .or(file.provider)
+        .unwrap_or(ProviderName::Openai)
+    {
+        ProviderName::Openai => Ok(ProviderConfig::OpenAi(model_config(args, file))),
+        ProviderName::Local => {
+            let path = args
+                .model_path
+                .clone()
+                .or_else(|| env("AGENTRY_MODEL_PATH").map(PathBuf::from))
+                .or_else(|| file.model_path.clone())
+                .context("the local provider needs a GGUF file: --model-path FILE (or AGENTRY_MODEL_PATH, or \"model_path\" in the config file)")?;
+            Ok(ProviderConfig::Local { path })
+        }
+    }
 }
 
 /// The config file: every field optional.
@@ -69,6 +127,8 @@ pub struct ConfigFile {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     extra_body: Map<String, Value>,
+    provider: Option<ProviderName>,
+    model_path: Option<PathBuf>,
     /// Settings the agent uses (read by the commands).
     pub system_prompt: Option<String>,
     /// Default `max_iters`.
@@ -213,6 +273,8 @@ mod tests {
             read_timeout: Some(Duration::from_millis(1500)),
             request_timeout: None,
             config: None,
+            provider: None,
+            model_path: None,
         };
         let config = model_config(&args, &file);
         assert_eq!(config.model, "flag-model");

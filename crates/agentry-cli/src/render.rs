@@ -118,13 +118,17 @@ impl<O: Write, E: Write> Renderer<O, E> {
             } => self.tool_line(call_id, name, state, *duration),
             AgentEvent::ReplyFinished { stop_reason, .. } => {
                 self.end_line()?;
-                if *stop_reason == StopReason::MaxIters {
-                    writeln!(
-                        self.err,
-                        "{}",
-                        self.style
-                            .dim("(the step limit was reached; the answer above is the model's summary)")
-                    )?;
+                let note = match stop_reason {
+                    StopReason::MaxIters => {
+                        Some("(the step limit was reached; the answer above is the model's summary)")
+                    }
+                    StopReason::RepeatedCalls => Some(
+                        "(the model kept repeating calls it had the results of; the answer above is its summary)",
+                    ),
+                    _ => None,
+                };
+                if let Some(note) = note {
+                    writeln!(self.err, "{}", self.style.dim(note))?;
                 }
                 Ok(())
             }

@@ -2,16 +2,17 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use agentry::agent::{AgentError, ReActAgent};
 use agentry::message::Msg;
-use agentry::model::{ModelError, OpenAiChatModel, TimeoutLimit};
+use agentry::model::{ChatModel, ModelError, OpenAiChatModel, TimeoutLimit};
 use agentry::tool::Toolkit;
 use anyhow::Context;
 use clap::Args;
 
 use crate::builtin::register_builtin_tools;
-use crate::config::{ModelArgs, load_config_file, model_config};
+use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config};
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
@@ -81,10 +82,31 @@ pub struct Setup {
     pub mcp: McpServers,
 }
 
+/// The model the configuration names; a local one is loaded here (seconds for a 1 GB file).
+async fn build_model(config: ProviderConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
+    match config {
+        ProviderConfig::OpenAi(config) => Ok(Arc::new(OpenAiChatModel::new(config)?)),
+        #[cfg(feature = "local")]
+        ProviderConfig::Local { path } => {
+            let model = tokio::task::spawn_blocking(move || {
+                agentry_local::LocalModel::load(&path, agentry_local::LocalModelConfig::default())
+            })
+            .await
+            .context("loading the local model stopped")??;
+            Ok(Arc::new(model))
+        }
+        #[cfg(not(feature = "local"))]
+        ProviderConfig::Local { path } => anyhow::bail!(
+            "cannot run {}: this agentry was built without the local provider (cargo feature `local`)",
+            path.display()
+        ),
+    }
+}
+
 /// Builds the agent: the model, the built-in tools, and the tools of the MCP servers that start.
 pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     let file = load_config_file(args.model.config.as_deref())?;
-    let model = OpenAiChatModel::new(model_config(&args.model, &file))?;
+    let model = build_model(provider_config(&args.model, &file)?).await?;
     let workdir = args
         .workdir
         .canonicalize()

@@ -145,6 +145,46 @@ async fn misconfiguration_exits_2_and_says_what_is_missing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_provider_needs_a_usable_gguf_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args: Vec<String> = vec!["run".into(), "--provider".into(), "local".into()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push("hello".into());
+        args
+    };
+    let out = agentry(run(&[]), dir.path()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--model-path"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let fake_model = dir.path().join("model.gguf");
+    std::fs::write(&fake_model, "<html>404</html>").unwrap();
+    let out = agentry(
+        run(&["--model-path", &fake_model.display().to_string()]),
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is not usable") && stderr.contains("model.gguf"),
+        "{stderr}"
+    );
+
+    let out = agentry(run(&["--model-path", "/nonexistent/m.gguf"]), dir.path()).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot open the model file"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_file_supplies_the_model_settings() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeLlm::start().await;

@@ -325,6 +325,80 @@ async fn max_iters_reached_then_summary_without_tools() {
     fake.assert_no_violations();
 }
 
+/// A call identical to one already answered in the reply is answered with the earlier result
+/// and a note, without running the tool; after two repeats the reply ends with a summary.
+#[tokio::test]
+async fn repeated_calls_are_answered_from_the_first_result_then_summarized() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(FunctionTool::new(
+            "add",
+            "Adds.",
+            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+            move |args, _| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
+                agentry::tool::once(async move { sum })
+            },
+        ))
+        .unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("c1", "add", r#"{"a": 1, "b": 2}"#)]));
+    // Other arguments are a new call; the same ones (in another key order) are a repeat.
+    fake.push(Reply::tool_calls([
+        Call::new("c2", "add", r#"{"a": 5, "b": 5}"#),
+        Call::new("c3", "add", r#"{"b": 2, "a": 1}"#),
+    ]));
+    fake.push(Reply::tool_calls([Call::new("c4", "add", r#"{"a": 1, "b": 2}"#)]));
+    fake.push(Reply::text("1 + 2 = 3 and 5 + 5 = 10."));
+    let agent = agent(&fake, true, toolkit);
+    let mut events = agent.subscribe();
+    let reply = agent.reply(Msg::user("add")).await.unwrap();
+    assert_eq!(reply.text().as_deref(), Some("1 + 2 = 3 and 5 + 5 = 10."));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "c1 and c2 ran; the repeats did not"
+    );
+    let repeat = tool_message(&fake, 2, "c3");
+    assert!(repeat.starts_with("3\n"), "{repeat}");
+    assert!(
+        repeat.contains("(call c1)") && repeat.contains("answer the user now"),
+        "{repeat}"
+    );
+    assert_eq!(tool_message(&fake, 2, "c2"), "10");
+    let events = drain(&mut events);
+    assert_eq!(state_of(&events, "c3"), ToolCallState::Completed);
+    assert_eq!(state_of(&events, "c4"), ToolCallState::Completed);
+    let stop = events.iter().find_map(|e| match e {
+        AgentEvent::ReplyFinished { stop_reason, .. } => Some(stop_reason.clone()),
+        _ => None,
+    });
+    assert_eq!(stop, Some(StopReason::RepeatedCalls));
+    let answer_request = &fake.requests()[3].body;
+    assert!(
+        answer_request.get("tools").is_none(),
+        "the answer call has no tools"
+    );
+    let hint = answer_request["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap();
+    assert!(
+        hint["content"]
+            .as_str()
+            .unwrap()
+            .contains("Answer the user's last question now"),
+        "{hint}"
+    );
+    consistent_memory(&agent).await;
+    fake.assert_no_violations();
+}
+
 #[derive(Debug, Deserialize, JsonSchema, PartialEq)]
 struct Answer {
     /// The number.

@@ -57,6 +57,9 @@ impl ResultSlots {
 /// fail with the refusal `Toolkit::prepare` gave.
 enum Plan<'s> {
     Run(PreparedCall),
+    /// The same tool with the same arguments completed earlier in this reply: its result
+    /// again, with a note, and the tool is not run.
+    Repeat(Vec<ContentBlock>),
     Finish(&'s StructuredSpec),
     Refused(ToolResponse),
 }
@@ -163,6 +166,11 @@ impl ReplyCx<'_> {
         // is refused before anyone is asked.
         let plan = match structured.filter(|spec| call.name == spec.schema.name) {
             Some(spec) => Plan::Finish(spec),
+            None if self.inner.config.answer_repeated_calls
+                && let Some(output) = self.repeated.answer(self.hook_cx.iteration, &call) =>
+            {
+                Plan::Repeat(output)
+            }
             None => match self.inner.config.toolkit.prepare(&call) {
                 Ok(prepared) => Plan::Run(prepared),
                 Err(refused) => Plan::Refused(refused),
@@ -170,7 +178,7 @@ impl ReplyCx<'_> {
         };
         let policy = match &plan {
             Plan::Run(prepared) => prepared.policy().clone(),
-            Plan::Finish(_) | Plan::Refused(_) => CallPolicy::default(),
+            Plan::Finish(_) | Plan::Refused(_) | Plan::Repeat(_) => CallPolicy::default(),
         };
         let mut decision = None;
         let mut user_action = None;
@@ -195,6 +203,13 @@ impl ReplyCx<'_> {
                     closed_before_start(&record, &call, &policy)
                 }
             }
+            Plan::Repeat(output) => {
+                if record.finish(ToolCallState::Completed) {
+                    (output, ToolCallState::Completed)
+                } else {
+                    closed_before_start(&record, &call, &policy)
+                }
+            }
             _ if !record.start() => closed_before_start(&record, &call, &policy),
             Plan::Run(prepared) => {
                 // The clock of the timeouts, so that a reported duration and the limit that fired agree.
@@ -205,6 +220,14 @@ impl ReplyCx<'_> {
                 ran_for = running.elapsed();
                 match executed {
                     Execution::Done(response, state) => {
+                        if state == ToolCallState::Completed {
+                            self.repeated.completed(
+                                self.hook_cx.iteration,
+                                &call,
+                                &call_id,
+                                &response.content,
+                            );
+                        }
                         metadata = response.metadata;
                         (response.content, state)
                     }

@@ -24,6 +24,7 @@ pub struct ReActAgentBuilder {
     memory: Option<Arc<dyn Memory>>,
     max_iters: Option<usize>,
     parallel_tool_calls: bool,
+    run_repeated_calls: bool,
     enable_meta_tool: bool,
     hooks: Vec<(String, Arc<dyn AgentHook>)>,
     auto_approve_tools: bool,
@@ -73,6 +74,16 @@ impl ReActAgentBuilder {
     /// Reasoning/acting rounds before the agent summarises (default 10).
     pub fn max_iters(mut self, max_iters: usize) -> Self {
         self.max_iters = Some(max_iters);
+        self
+    }
+
+    /// Answer a call identical to one completed in an earlier round of the reply (same tool,
+    /// same arguments) with the earlier result and a note to answer now, without running the
+    /// tool; after [`REPEATS_BEFORE_SUMMARY`](super::REPEATS_BEFORE_SUMMARY) repeats the reply
+    /// ends with the model's answer (`StopReason::RepeatedCalls`). Default on: small models loop
+    /// this way. Turn it off when the model polls tools whose results change (a build status).
+    pub fn answer_repeated_calls(mut self, on: bool) -> Self {
+        self.run_repeated_calls = !on;
         self
     }
 
@@ -164,6 +175,7 @@ impl ReActAgentBuilder {
                     memory: self.memory.unwrap_or_else(|| Arc::new(InMemoryMemory::new())),
                     max_iters: self.max_iters.unwrap_or(10),
                     parallel_tool_calls: self.parallel_tool_calls,
+                    answer_repeated_calls: !self.run_repeated_calls,
                     settings: Settings {
                         auto_approve_tools: self.auto_approve_tools,
                         on_cancel_budget: self.on_cancel_budget.unwrap_or(Duration::from_millis(100)),

@@ -168,6 +168,10 @@ pub enum StopReason {
     Answered,
     /// `max_iters` rounds passed; the reply is the model's summary.
     MaxIters,
+    /// The model repeated calls it already had the results of
+    /// ([`REPEATS_BEFORE_SUMMARY`](super::REPEATS_BEFORE_SUMMARY) times); the reply is the
+    /// model's summary.
+    RepeatedCalls,
     /// The reply was cancelled (R4): no model request was made after the cancel.
     Cancelled,
     /// The reply failed; the text says why. Memory holds everything up to the failure.

@@ -41,6 +41,7 @@ mod finished;
 mod handle;
 mod hooks;
 mod react;
+mod repeats;
 mod structured;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
@@ -49,6 +50,7 @@ pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
 pub use finished::DEFAULT_FINISHED_CALLS;
 pub use handle::{AgentHandle, ApprovalError};
 pub use hooks::{AgentHook, HookContext};
+pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note};
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
 
 use std::collections::HashMap;
@@ -132,6 +134,8 @@ pub(crate) struct AgentConfig {
     pub(crate) memory: Arc<dyn Memory>,
     pub(crate) max_iters: usize,
     pub(crate) parallel_tool_calls: bool,
+    /// Answer a call repeated from an earlier round with its earlier result (default on).
+    pub(crate) answer_repeated_calls: bool,
     pub(crate) settings: Settings,
 }
 

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::events::{AgentEvent, StopReason};
 use super::handle::ActiveReply;
 use super::hooks::HookContext;
+use super::repeats::RepeatedCalls;
 use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STRUCTURED_HINT};
 use super::{AgentError, AgentInner, HookList, REPLY_INTERRUPTED_NOTE};
 use crate::memory::{check_tool_pairs, repair_tool_pairs};
@@ -24,6 +25,10 @@ use crate::model::{ChatRequest, ChatUsage, ModelError, ToolChoice, ToolSchema};
 /// The hint that asks for a summary after `max_iters` rounds.
 pub(super) const SUMMARY_HINT: &str = "You have failed to generate response within the maximum iterations. \
      Now respond directly by summarizing the current situation.";
+
+/// The hint that asks for the answer when the model kept repeating calls it had the results of.
+pub(super) const ANSWER_NOW_HINT: &str = "You already have the results of the tools you called; calling them again \
+     gives nothing new. Answer the user's last question now, in plain text, using those results.";
 
 /// A model call's message, and whether the reply was cancelled before it was complete.
 struct ModelOutput {
@@ -47,6 +52,8 @@ pub(crate) struct ReplyCx<'a> {
     /// The ids of every call of this reply: an id is never reused within a reply, so
     /// `cancel_call` always finds the call that is running (C4).
     call_ids: HashSet<CallId>,
+    /// Completed calls of this reply, to answer a repeat without running it again.
+    pub(super) repeated: RepeatedCalls,
 }
 
 impl<'a> ReplyCx<'a> {
@@ -78,6 +85,7 @@ impl<'a> ReplyCx<'a> {
             usage: ChatUsage::default(),
             last_assistant: None,
             call_ids: HashSet::new(),
+            repeated: RepeatedCalls::default(),
         };
         let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
         let outcome = cx.reply(msg, structured.as_ref()).instrument(span).await;
@@ -85,7 +93,10 @@ impl<'a> ReplyCx<'a> {
             Ok((_, reason)) => reason.clone(),
             Err(e) => StopReason::Failed(e.to_string()),
         };
-        inner.set_memory_checked(stop_reason == StopReason::Answered || stop_reason == StopReason::MaxIters);
+        inner.set_memory_checked(matches!(
+            stop_reason,
+            StopReason::Answered | StopReason::MaxIters | StopReason::RepeatedCalls
+        ));
         let calls = cx.active.finish();
         inner
             .session
@@ -132,6 +143,10 @@ impl<'a> ReplyCx<'a> {
             if self.active.is_cancelled() {
                 break;
             }
+            if self.repeated.should_stop() {
+                // The model keeps asking for what it has: summarize instead of looping on.
+                break;
+            }
             if requirement_pending {
                 // spec: agentscope.md 1.D, item 21.
                 if structured_output.is_some() {
@@ -157,7 +172,11 @@ impl<'a> ReplyCx<'a> {
         }
         let (mut reply, stop_reason) = match reply {
             Some(reply) => (reply, StopReason::Answered),
-            None => match self.summarizing().await? {
+            None if self.repeated.should_stop() => match self.summarizing(ANSWER_NOW_HINT).await? {
+                Some(summary) => (summary, StopReason::RepeatedCalls),
+                None => return self.interrupted().await,
+            },
+            None => match self.summarizing(SUMMARY_HINT).await? {
                 Some(summary) => (summary, StopReason::MaxIters),
                 None => return self.interrupted().await,
             },
@@ -258,10 +277,10 @@ impl<'a> ReplyCx<'a> {
         Ok(msg)
     }
 
-    /// The summary after `max_iters` rounds: a call without tools, stored. `None` when the
-    /// reply was cancelled meanwhile.
-    async fn summarizing(&mut self) -> Result<Option<Msg>, AgentError> {
-        let request = ChatRequest::new(self.prompt(Some(Msg::user(SUMMARY_HINT))).await?);
+    /// The summary after `max_iters` rounds, or the answer after repeated calls (`hint` asks
+    /// for which): a call without tools, stored. `None` when the reply was cancelled meanwhile.
+    async fn summarizing(&mut self, hint: &str) -> Result<Option<Msg>, AgentError> {
+        let request = ChatRequest::new(self.prompt(Some(Msg::user(hint))).await?);
         let ModelOutput {
             msg,
             interrupted,

@@ -16,12 +16,14 @@ mod partial_json;
 pub use accumulate::{CallDelta, DeltaAccumulator};
 #[cfg(feature = "openai")]
 mod retry;
+mod tool_text;
 
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiChatModel, OpenAiConfig};
 pub use partial_json::parse_partial_object;
 #[cfg(feature = "openai")]
 pub use retry::RetryPolicy;
+pub use tool_text::{ParsedText, TextCall, may_start_text_call, parse_text_calls};
 
 use std::sync::Arc;
 use std::time::Duration;

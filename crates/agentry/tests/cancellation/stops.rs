@@ -228,8 +228,10 @@ async fn y3_stored_records_keep_state_details_and_the_decision_source() {
     toolkit
         .register_with(probe.tool("guarded"), ToolOptions::new().require_approval(true))
         .unwrap();
+    // The same call in a later round, run again: the grant is what is tested here.
     let agent = builder(&fake, true, toolkit)
         .auto_approve_tools(true)
+        .answer_repeated_calls(false)
         .build()
         .unwrap();
     let (handle, mut driver) = Driver::go(&agent);

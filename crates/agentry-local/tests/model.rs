@@ -1,0 +1,116 @@
+//! The embedded model on a real GGUF file: generation, the cache kept across the steps of a
+//! reply, and a tool call through the agent. The file is named by `AGENTRY_TEST_MODEL` (e.g.
+//! the Qwen2.5-Coder 0.5B that `.ci/run` fetches); without it these tests say so and pass.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentry::message::Msg;
+use agentry::model::{ChatModel, ChatRequest};
+use agentry::tool::{FunctionTool, Toolkit};
+use agentry::{AgentEvent, ReActAgent};
+use agentry_local::{LocalModel, LocalModelConfig};
+use futures::StreamExt;
+use serde_json::json;
+
+fn model_file() -> Option<PathBuf> {
+    match std::env::var_os("AGENTRY_TEST_MODEL") {
+        Some(path) => Some(PathBuf::from(path)),
+        None => {
+            eprintln!("AGENTRY_TEST_MODEL is not set: the real-model tests are skipped");
+            None
+        }
+    }
+}
+
+fn load(path: &PathBuf) -> LocalModel {
+    LocalModel::load(path, LocalModelConfig::default().max_tokens(64)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_step_reuses_the_cached_prefix() {
+    let Some(path) = model_file() else { return };
+    let model = load(&path);
+    let first = vec![
+        Msg::system("Answer with one word."),
+        Msg::user("Capital of France?"),
+    ];
+    let mut stream = model.chat(ChatRequest::new(first.clone()));
+    let mut last = None;
+    while let Some(item) = stream.next().await {
+        last = Some(item.unwrap());
+    }
+    let answer = last.unwrap();
+    let text = agentry::message::join_text(&answer.content).unwrap_or_default();
+    assert!(text.to_lowercase().contains("paris"), "{text:?}");
+    let usage = answer.usage.clone().unwrap();
+    assert!(usage.input_tokens > 10 && usage.output_tokens > 0, "{usage:?}");
+    let after_first = model.stats();
+    assert_eq!(
+        after_first.reused_tokens, 0,
+        "nothing cached before the first call"
+    );
+
+    let mut second = first;
+    second.push(Msg::assistant("agentry", text.clone()));
+    second.push(Msg::user("And of Italy?"));
+    let mut stream = model.chat(ChatRequest::new(second));
+    while let Some(item) = stream.next().await {
+        item.unwrap();
+    }
+    let stats = model.stats();
+    assert!(
+        stats.reused_tokens >= after_first.prompt_tokens,
+        "the whole first prompt comes from the cache: {stats:?} after {after_first:?}"
+    );
+    assert!(stats.prompt_tokens > stats.reused_tokens);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_calls_a_tool_and_answers_with_its_result() {
+    let Some(path) = model_file() else { return };
+    let model = Arc::new(load(&path));
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&calls);
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(FunctionTool::new(
+            "multiply",
+            "Multiplies two integers exactly.",
+            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+            move |args, _| {
+                seen.lock().unwrap().push(args.clone());
+                let product = args["a"].as_i64().unwrap_or(0) * args["b"].as_i64().unwrap_or(0);
+                agentry::tool::once(async move { product.to_string() })
+            },
+        ))
+        .unwrap();
+    let agent = ReActAgent::builder()
+        .name("agentry")
+        .sys_prompt("You are a helpful assistant. Use the tools for arithmetic.")
+        .model(Arc::clone(&model))
+        .toolkit(toolkit)
+        .max_iters(4)
+        .build()
+        .unwrap();
+    let mut run = agent.start_reply(Msg::user("What is 1234 times 5678?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next_event().await {
+        events.push(event);
+    }
+    let reply = run.finish().await.unwrap();
+    let made: Vec<_> = calls.lock().unwrap().clone();
+    assert_eq!(
+        made,
+        [json!({"a": 1234, "b": 5678}).as_object().unwrap().clone()],
+        "{events:#?}"
+    );
+    let text = reply.text().unwrap_or_default().replace([',', ' '], "");
+    assert!(text.contains("7006652"), "{text:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::ToolFinished { .. }))
+    );
+}

@@ -1,0 +1,124 @@
+//! Calls a model repeats within one reply. Small models often call the same tool with the same
+//! arguments round after round instead of answering (a call repeated inside one message, or a
+//! call of a tool that is off by `answer_repeated_calls(false)`, is not a repeat); running it again changes nothing and
+//! costs a model round each time. A repeat is answered with the earlier result and a note to
+//! answer now, without running the tool; after [`REPEATS_BEFORE_SUMMARY`] repeats the reply
+//! ends with a summary (`StopReason::RepeatedCalls`).
+
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::CallId;
+use crate::message::{ContentBlock, ToolUseBlock};
+
+/// How many repeated calls a reply tolerates before it ends with a summary.
+pub const REPEATS_BEFORE_SUMMARY: usize = 2;
+
+/// The note appended to the earlier result when a call is repeated.
+pub fn repeated_call_note(name: &str, earlier: &CallId) -> String {
+    format!(
+        "You already called {name} with exactly these arguments in this conversation (call {earlier}); \
+         its result is repeated above and the tool was not run again. Do not call it again: answer the \
+         user now with the results you have."
+    )
+}
+
+struct Answered {
+    round: usize,
+    name: String,
+    input: Value,
+    call_id: CallId,
+    output: Vec<ContentBlock>,
+}
+
+/// The completed calls of one reply, and how many repeats were answered from them.
+#[derive(Default)]
+pub(super) struct RepeatedCalls {
+    answered: Mutex<Vec<Answered>>,
+    repeats: Mutex<usize>,
+}
+
+impl RepeatedCalls {
+    /// Remembers the result of a call completed in model round `round`.
+    pub(super) fn completed(
+        &self,
+        round: usize,
+        call: &ToolUseBlock,
+        call_id: &CallId,
+        output: &[ContentBlock],
+    ) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        if !answered
+            .iter()
+            .any(|a| a.name == call.name && a.input == call.input)
+        {
+            answered.push(Answered {
+                round,
+                name: call.name.clone(),
+                input: call.input.clone(),
+                call_id: call_id.clone(),
+                output: output.to_vec(),
+            });
+        }
+    }
+
+    /// The answer to `call`, made in model round `round`, when it repeats one completed in an
+    /// earlier round: the earlier output and the note.
+    pub(super) fn answer(&self, round: usize, call: &ToolUseBlock) -> Option<Vec<ContentBlock>> {
+        let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        let earlier = answered
+            .iter()
+            .find(|a| a.round < round && a.name == call.name && a.input == call.input)?;
+        let mut output = earlier.output.clone();
+        output.push(ContentBlock::text(repeated_call_note(
+            &call.name,
+            &earlier.call_id,
+        )));
+        *self.repeats.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Some(output)
+    }
+
+    /// Whether the reply has seen enough repeats to end with a summary.
+    pub(super) fn should_stop(&self) -> bool {
+        *self.repeats.lock().unwrap_or_else(|e| e.into_inner()) >= REPEATS_BEFORE_SUMMARY
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(name: &str, input: Value) -> ToolUseBlock {
+        ToolUseBlock {
+            id: "x".into(),
+            name: name.into(),
+            input,
+            raw_input: None,
+        }
+    }
+
+    #[test]
+    fn only_the_same_tool_with_the_same_arguments_repeats() {
+        let calls = RepeatedCalls::default();
+        calls.completed(
+            0,
+            &call("add", json!({"a": 1})),
+            &"c1".into(),
+            &[ContentBlock::text("2")],
+        );
+        assert!(
+            calls.answer(0, &call("add", json!({"a": 1}))).is_none(),
+            "the same round"
+        );
+        assert!(calls.answer(1, &call("add", json!({"a": 2}))).is_none());
+        assert!(calls.answer(1, &call("sub", json!({"a": 1}))).is_none());
+        let answer = calls.answer(1, &call("add", json!({"a": 1}))).unwrap();
+        assert_eq!(answer[0].as_text(), Some("2"));
+        assert!(answer[1].as_text().unwrap().contains("call c1"));
+        assert!(!calls.should_stop());
+        calls.answer(2, &call("add", json!({"a": 1}))).unwrap();
+        assert!(calls.should_stop());
+    }
+}

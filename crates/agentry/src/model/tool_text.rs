@@ -1,0 +1,321 @@
+//! Tool calls that a model wrote as text.
+//!
+//! Small models often answer a tool request with the call in their text instead of in the
+//! structured field: inside Qwen's `<tool_call>` tags, as a fenced JSON block, or as a bare JSON
+//! object. [`parse_text_calls`] finds such calls, for the embedded model (whose output is only
+//! text) and for a server that did not parse them (the "tool shim" of the OpenAI provider).
+//!
+//! Only objects naming one of the offered tools count, so an answer that merely contains JSON
+//! stays an answer.
+//!
+//! ```
+//! use agentry::model::parse_text_calls;
+//!
+//! let text = "Let me add them.\n```json\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n```";
+//! let parsed = parse_text_calls(text, &["add"]);
+//! assert_eq!(parsed.calls.len(), 1);
+//! assert_eq!(parsed.calls[0].name, "add");
+//! assert_eq!(parsed.calls[0].arguments["b"], 3);
+//! assert_eq!(parsed.text, "Let me add them.");
+//! ```
+
+use serde_json::{Map, Value};
+
+/// A call found in text.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TextCall {
+    /// The tool's name, one of the offered ones.
+    pub name: String,
+    /// The arguments object (an argument string holding JSON is parsed).
+    pub arguments: Map<String, Value>,
+    /// The arguments as the model wrote them.
+    pub raw_arguments: String,
+}
+
+/// What [`parse_text_calls`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ParsedText {
+    /// The text without the calls (and without the tags or fences around them), trimmed.
+    pub text: String,
+    /// The calls, in the order they were written.
+    pub calls: Vec<TextCall>,
+}
+
+/// Finds the calls of offered tools written in `text`: `<tool_call>…</tool_call>` (the closing
+/// tag may be missing at the end), a fenced block (```` ```json ````, ```` ``` ````), or a bare
+/// JSON object; each an object `{"name": …, "arguments": {…}}` (also `"parameters"`, arguments
+/// as a JSON string, or an array of such objects). Anything else stays text.
+pub fn parse_text_calls(text: &str, tools: &[&str]) -> ParsedText {
+    let mut calls = Vec::new();
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        match next_call_span(rest, tools) {
+            Some(span) => {
+                kept.push_str(&rest[..span.start]);
+                calls.extend(span.calls);
+                rest = &rest[span.end..];
+            }
+            None => {
+                kept.push_str(rest);
+                break;
+            }
+        }
+    }
+    ParsedText {
+        text: kept.trim().to_owned(),
+        calls,
+    }
+}
+
+/// Whether `text` may be the beginning of a call written as text: a streaming front end holds
+/// such text back until the answer is complete.
+pub fn may_start_text_call(text: &str) -> bool {
+    let trimmed = text.trim_start();
+    trimmed.starts_with('{')
+        || trimmed.starts_with("```")
+        || trimmed.starts_with("<tool_call>")
+        || "<tool_call>".starts_with(trimmed) && !trimmed.is_empty()
+        || "```".starts_with(trimmed) && !trimmed.is_empty()
+}
+
+struct Span {
+    start: usize,
+    end: usize,
+    calls: Vec<TextCall>,
+}
+
+const OPEN_TAG: &str = "<tool_call>";
+const CLOSE_TAG: &str = "</tool_call>";
+
+/// What a matcher found at an opener: a structure `len` bytes long, with the calls it holds
+/// (`None`: a structure that is not a call, skipped whole so its insides are not searched again,
+/// which keeps the scan linear in practice).
+type Found = (usize, Option<Vec<TextCall>>);
+
+/// The first call-bearing span of `text`, by position.
+fn next_call_span(text: &str, tools: &[&str]) -> Option<Span> {
+    let mut from = 0;
+    while from < text.len() {
+        let next = [
+            text[from..].find(OPEN_TAG),
+            text[from..].find("```"),
+            text[from..].find('{'),
+        ]
+        .into_iter()
+        .flatten()
+        .min()?
+            + from;
+        let candidate = &text[next..];
+        let found = if candidate.starts_with(OPEN_TAG) {
+            tagged(candidate, tools)
+        } else if candidate.starts_with("```") {
+            fenced(candidate, tools)
+        } else {
+            bare(candidate, tools)
+        };
+        match found {
+            Some((end, Some(calls))) => {
+                return Some(Span {
+                    start: next,
+                    end: next + end,
+                    calls,
+                });
+            }
+            Some((end, None)) if end > 0 => from = next + end,
+            // Not a structure: skip this opener; a later one may hold a call.
+            _ => from = next + candidate.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    None
+}
+
+/// `<tool_call>…</tool_call>` (the closing tag may be missing at the end).
+fn tagged(text: &str, tools: &[&str]) -> Option<Found> {
+    let body_start = OPEN_TAG.len();
+    let (body, end) = match text[body_start..].find(CLOSE_TAG) {
+        Some(at) => (
+            &text[body_start..body_start + at],
+            body_start + at + CLOSE_TAG.len(),
+        ),
+        None => (&text[body_start..], text.len()),
+    };
+    let calls = first_json(body.trim()).and_then(|value| calls_in(value, tools));
+    Some((if calls.is_some() { end } else { OPEN_TAG.len() }, calls))
+}
+
+/// A fenced block whose whole content is a call (or an array of calls).
+fn fenced(text: &str, tools: &[&str]) -> Option<Found> {
+    let body_start = 3 + text[3..].find('\n')? + 1;
+    let info = text[3..body_start].trim();
+    let (body, end) = match text[body_start..].find("```") {
+        Some(at) => (&text[body_start..body_start + at], body_start + at + 3),
+        None => (&text[body_start..], text.len()),
+    };
+    if !info.is_empty() && !info.eq_ignore_ascii_case("json") && !info.eq_ignore_ascii_case("tool_call") {
+        return Some((end, None));
+    }
+    let calls = serde_json::from_str::<Value>(body.trim())
+        .ok()
+        .and_then(|value| calls_in(value, tools));
+    Some((end, calls))
+}
+
+/// A bare JSON object (or array) starting at the beginning of `text`.
+fn bare(text: &str, tools: &[&str]) -> Option<Found> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let value = values.next()?.ok()?;
+    let end = values.byte_offset();
+    Some((end, calls_in(value, tools)))
+}
+
+/// The first JSON value at the start of `text`.
+fn first_json(text: &str) -> Option<Value> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .next()?
+        .ok()
+}
+
+/// The calls a value stands for: one call object or an array of them (all must be calls).
+fn calls_in(value: Value, tools: &[&str]) -> Option<Vec<TextCall>> {
+    match value {
+        Value::Array(items) if !items.is_empty() => {
+            items.into_iter().map(|item| call_in(item, tools)).collect()
+        }
+        value => Some(vec![call_in(value, tools)?]),
+    }
+}
+
+fn call_in(value: Value, tools: &[&str]) -> Option<TextCall> {
+    let Value::Object(mut object) = value else {
+        return None;
+    };
+    // Some models wrap the call as OpenAI does: {"type": "function", "function": {...}}.
+    if let Some(Value::Object(function)) = object.remove("function") {
+        object = function;
+    }
+    let name = object.get("name")?.as_str()?.to_owned();
+    if !tools.contains(&name.as_str()) {
+        return None;
+    }
+    let arguments = object
+        .remove("arguments")
+        .or_else(|| object.remove("parameters"))
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let (arguments, raw_arguments) = match arguments {
+        Value::Object(map) => {
+            let raw = Value::Object(map.clone()).to_string();
+            (map, raw)
+        }
+        Value::String(raw) => match serde_json::from_str::<Value>(&raw) {
+            Ok(Value::Object(map)) => (map, raw),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(TextCall {
+        name,
+        arguments,
+        raw_arguments,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TOOLS: &[&str] = &["add", "get_weather"];
+
+    fn one(text: &str) -> TextCall {
+        let parsed = parse_text_calls(text, TOOLS);
+        assert_eq!(parsed.calls.len(), 1, "{text:?} gave {parsed:?}");
+        parsed.calls.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn qwen_tags_with_and_without_the_closing_tag() {
+        let call = one("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>");
+        assert_eq!(call.name, "add");
+        assert_eq!(Value::Object(call.arguments), json!({"a": 1, "b": 2}));
+        let call = one("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}");
+        assert_eq!(call.arguments["city"], "Paris");
+    }
+
+    #[test]
+    fn fenced_and_bare_objects() {
+        let parsed = parse_text_calls(
+            "Sure.\n```json\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n```\nDone.",
+            TOOLS,
+        );
+        assert_eq!(parsed.calls.len(), 1);
+        assert_eq!(parsed.text, "Sure.\n\nDone.");
+        let call = one("{\"name\": \"add\", \"parameters\": {\"a\": 5, \"b\": 6}}");
+        assert_eq!(call.arguments["a"], 5);
+        let call = one("```\n{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 1, \\\"b\\\": 1}\"}\n```");
+        assert_eq!(call.raw_arguments, "{\"a\": 1, \"b\": 1}");
+        let call =
+            one("{\"type\": \"function\", \"function\": {\"name\": \"add\", \"arguments\": {\"a\": 0}}}");
+        assert_eq!(call.arguments["a"], 0);
+    }
+
+    #[test]
+    fn two_calls_in_order() {
+        let parsed = parse_text_calls(
+            "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>\n\
+             <tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>",
+            TOOLS,
+        );
+        let names: Vec<&str> = parsed.calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["get_weather", "add"]);
+        assert_eq!(parsed.text, "");
+        let parsed = parse_text_calls(
+            "[{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"add\", \"arguments\": {\"a\": 1}}]",
+            TOOLS,
+        );
+        assert_eq!(parsed.calls.len(), 2);
+    }
+
+    #[test]
+    fn garbage_unknown_tools_and_plain_json_stay_text() {
+        for text in [
+            "The answer is 42.",
+            "{\"name\": \"rm_rf\", \"arguments\": {}}",
+            "```json\n{\"temperature\": 21}\n```",
+            "<tool_call>{not json</tool_call>",
+            "{\"name\": \"add\", \"arguments\": 7}",
+            "{\"name\": \"add\", \"arguments\": \"not json\"}",
+            "```python\n{\"name\": \"add\", \"arguments\": {}}\n```",
+            "{{{{",
+            "```",
+            "<tool_call>",
+        ] {
+            let parsed = parse_text_calls(text, TOOLS);
+            assert!(parsed.calls.is_empty(), "{text:?} gave {parsed:?}");
+            assert_eq!(parsed.text, text.trim(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_call_after_unrelated_braces_is_found() {
+        let parsed = parse_text_calls(
+            "Set {x} first, then {\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}} it is.",
+            TOOLS,
+        );
+        assert_eq!(parsed.calls.len(), 1);
+        assert_eq!(parsed.text, "Set {x} first, then  it is.");
+    }
+
+    #[test]
+    fn openers_that_may_start_a_call() {
+        for text in ["{", " ```", "<tool", "<tool_call>\n{", "``"] {
+            assert!(may_start_text_call(text), "{text:?}");
+        }
+        for text in ["Hello", "The {x}", "<b>", ""] {
+            assert!(!may_start_text_call(text), "{text:?}");
+        }
+    }
+}
