@@ -38,6 +38,26 @@ fn toolkit() -> Toolkit {
     toolkit
 }
 
+/// A toolkit with an `add` that counts its runs.
+fn counting_add() -> (Toolkit, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(FunctionTool::new(
+            "add",
+            "Adds and counts its runs.",
+            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+            move |args, _| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
+                agentry::tool::once(async move { sum })
+            },
+        ))
+        .unwrap();
+    (toolkit, runs)
+}
+
 #[tokio::test]
 async fn text_reply_streaming_and_not() {
     for stream in [false, true] {
@@ -329,21 +349,7 @@ async fn max_iters_reached_then_summary_without_tools() {
 /// and a note, without running the tool; after two repeats the reply ends with a summary.
 #[tokio::test]
 async fn repeated_calls_are_answered_from_the_first_result_then_summarized() {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&runs);
-    let toolkit = Toolkit::new();
-    toolkit
-        .register(FunctionTool::new(
-            "add",
-            "Adds.",
-            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
-            move |args, _| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
-                agentry::tool::once(async move { sum })
-            },
-        ))
-        .unwrap();
+    let (toolkit, runs) = counting_add();
     let fake = FakeLlm::start().await;
     fake.push(Reply::tool_calls([Call::new("c1", "add", r#"{"a": 1, "b": 2}"#)]));
     // Other arguments are a new call; the same ones (in another key order) are a repeat.
@@ -547,20 +553,7 @@ fn stored_result(memory: &[Msg]) -> ToolResultBlock {
 
 #[tokio::test]
 async fn invalid_json_arguments_are_an_error_result_not_empty_arguments() {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&runs);
-    let toolkit = Toolkit::new();
-    toolkit
-        .register(FunctionTool::new(
-            "add",
-            "Counts its runs.",
-            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
-            move |_, _| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                agentry::tool::once(async { "ran" })
-            },
-        ))
-        .unwrap();
+    let (toolkit, runs) = counting_add();
     let (seen, memory) = result_seen_by_model(toolkit, Call::new("bad", "add", r#"{"a": 1,, "b": 2}"#)).await;
     assert!(seen.contains("not valid JSON"), "{seen}");
     assert!(stored_result(&memory).is_error);
