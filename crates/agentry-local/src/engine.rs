@@ -172,8 +172,8 @@ impl Engine {
             .take_while(|(a, b)| a == b)
             .count()
             .min(tokens.len() - 1);
-        self.truncate(common)?;
-        let mut logits = self.run(&tokens[common..])?;
+        truncate(&mut self.model, &mut self.seen, common)?;
+        let mut logits = run(&mut self.model, &mut self.seen, &tokens[common..])?;
         let prompt_time = started.elapsed();
         let generating = Instant::now();
         let mut processor = match *sampler {
@@ -190,11 +190,13 @@ impl Engine {
                 },
             )),
         };
-        let mut generated: Vec<u32> = Vec::new();
+        let mut generated = 0;
+        // Decodes each token once; a character split over tokens waits for its last byte.
+        let mut decoder = self.tokenizer.decode_stream(false);
         let mut text = String::new();
         let mut end = End::Length;
         let budget = max_tokens.min(self.model.context().saturating_sub(tokens.len() + 1));
-        while generated.len() < budget {
+        while generated < budget {
             let next = match processor.as_mut() {
                 Some(processor) => processor.sample(&logits),
                 None => argmax(&logits),
@@ -204,50 +206,50 @@ impl Engine {
                 end = End::Stop;
                 break;
             }
-            generated.push(next);
-            let decoded = self
-                .tokenizer
-                .decode(&generated, false)
+            generated += 1;
+            let piece = decoder
+                .step(next)
                 .map_err(|e| LocalModelError::Generation(format!("cannot decode: {e}")))?;
-            // A character split over tokens decodes as U+FFFD until its last byte arrives.
-            if !decoded.ends_with('\u{fffd}') {
-                text = decoded;
+            if let Some(piece) = piece {
+                text.push_str(&piece);
                 if !on_text(&text) {
                     end = End::Abandoned;
                     break;
                 }
             }
-            logits = self.run(&[next])?;
+            logits = run(&mut self.model, &mut self.seen, &[next])?;
         }
         Ok(Generated {
             text,
             prompt_tokens: tokens.len(),
             reused_tokens: common,
-            generated_tokens: generated.len(),
+            generated_tokens: generated,
             end,
             prompt_time,
             generation_time: generating.elapsed(),
         })
     }
+}
 
-    fn truncate(&mut self, len: usize) -> Result<(), LocalModelError> {
-        self.seen.truncate(len);
-        self.model
-            .truncate(len)
-            .map_err(|e| LocalModelError::Generation(e.to_string()))
-    }
+/// Cuts the cache, and `seen` with it, back to `len` positions.
+fn truncate(model: &mut Qwen2, seen: &mut Vec<u32>, len: usize) -> Result<(), LocalModelError> {
+    seen.truncate(len);
+    model
+        .truncate(len)
+        .map_err(|e| LocalModelError::Generation(e.to_string()))
+}
 
-    fn run(&mut self, tokens: &[u32]) -> Result<Tensor, LocalModelError> {
-        match self.model.forward(tokens) {
-            Ok(logits) => {
-                self.seen.extend_from_slice(tokens);
-                Ok(logits)
-            }
-            Err(e) => {
-                // The cache may hold part of the batch: start from nothing next time.
-                let _ = self.truncate(0);
-                Err(LocalModelError::Generation(e.to_string()))
-            }
+/// Runs `tokens` after what the cache holds; `seen` follows the cache.
+fn run(model: &mut Qwen2, seen: &mut Vec<u32>, tokens: &[u32]) -> Result<Tensor, LocalModelError> {
+    match model.forward(tokens) {
+        Ok(logits) => {
+            seen.extend_from_slice(tokens);
+            Ok(logits)
+        }
+        Err(e) => {
+            // The cache may hold part of the batch: start from nothing next time.
+            let _ = truncate(model, seen, 0);
+            Err(LocalModelError::Generation(e.to_string()))
         }
     }
 }
