@@ -161,6 +161,10 @@ mod tests {
                     time: Duration::from_millis(30),
                 },
             },
+            AgentEvent::TextCallsRecovered {
+                reply_id: "r".into(),
+                call_ids: vec!["c1".into(), "c2".into()],
+            },
         ]
     }
 
@@ -197,6 +201,10 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&events[10]).unwrap()["usage"],
             json!({"input_tokens": 10, "output_tokens": 2, "time_ms": 30.0})
+        );
+        assert_eq!(
+            serde_json::to_value(&events[11]).unwrap(),
+            json!({"type": "text_calls_recovered", "reply_id": "r", "call_ids": ["c1", "c2"]})
         );
     }
 

@@ -12,4 +12,5 @@ mod conformance;
 mod mcp;
 mod mcp_cancel;
 mod openai;
+mod tool_shim;
 mod toolkit;

@@ -25,6 +25,7 @@ pub struct ReActAgentBuilder {
     max_iters: Option<usize>,
     parallel_tool_calls: bool,
     run_repeated_calls: bool,
+    no_tool_shim: bool,
     enable_meta_tool: bool,
     hooks: Vec<(String, Arc<dyn AgentHook>)>,
     auto_approve_tools: bool,
@@ -84,6 +85,19 @@ impl ReActAgentBuilder {
     /// this way. Turn it off when the model polls tools whose results change (a build status).
     pub fn answer_repeated_calls(mut self, on: bool) -> Self {
         self.run_repeated_calls = !on;
+        self
+    }
+
+    /// The tool shim: when tools were offered and a model message has no tool calls, read calls
+    /// of offered tools that the model wrote as text (a fenced JSON block, a bare JSON object,
+    /// `<tool_call>` tags; see [`parse_text_calls`](crate::model::parse_text_calls)) and run
+    /// them as calls; the message keeps the rest of its text. While an answer streams, text that
+    /// may be such a call is not shown until it turns out not to be one. Each message so read is
+    /// announced by [`AgentEvent::TextCallsRecovered`](super::AgentEvent::TextCallsRecovered).
+    /// Default on: small models behind servers that do not parse their calls need it. Turn it
+    /// off when answers must show JSON naming a tool as plain text.
+    pub fn tool_shim(mut self, on: bool) -> Self {
+        self.no_tool_shim = !on;
         self
     }
 
@@ -176,6 +190,7 @@ impl ReActAgentBuilder {
                     max_iters: self.max_iters.unwrap_or(10),
                     parallel_tool_calls: self.parallel_tool_calls,
                     answer_repeated_calls: !self.run_repeated_calls,
+                    tool_shim: !self.no_tool_shim,
                     settings: Settings {
                         auto_approve_tools: self.auto_approve_tools,
                         on_cancel_budget: self.on_cancel_budget.unwrap_or(Duration::from_millis(100)),

@@ -37,6 +37,18 @@ pub enum AgentEvent {
         /// Whether this is the message's final state.
         last: bool,
     },
+    /// The model wrote tool calls as text and the tool shim turned them into calls (see
+    /// [`ReActAgentBuilder::tool_shim`](super::ReActAgentBuilder::tool_shim)).
+    ///
+    /// Comes after the `Message` with `last == true` that holds the calls, which is in memory
+    /// with them (and with the remaining text as its text), and before their `ToolStarted`.
+    /// A front end may tell the user once that calls were recovered.
+    TextCallsRecovered {
+        /// The reply this message belongs to.
+        reply_id: ReplyId,
+        /// The ids of the recovered calls, in order.
+        call_ids: Vec<CallId>,
+    },
     /// A tool call entered the runtime: it will wait for approval and a free slot if needed,
     /// then run. Every `ToolStarted` is followed by exactly one `ToolFinished` (S4).
     ///

@@ -42,6 +42,7 @@ mod handle;
 mod hooks;
 mod react;
 mod repeats;
+mod shim;
 mod structured;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
@@ -136,6 +137,8 @@ pub(crate) struct AgentConfig {
     pub(crate) parallel_tool_calls: bool,
     /// Answer a call repeated from an earlier round with its earlier result (default on).
     pub(crate) answer_repeated_calls: bool,
+    /// Read calls the model wrote as text (default on; see `shim.rs`).
+    pub(crate) tool_shim: bool,
     pub(crate) settings: Settings,
 }
 

@@ -11,6 +11,7 @@ use super::events::{AgentEvent, StopReason};
 use super::handle::ActiveReply;
 use super::hooks::HookContext;
 use super::repeats::RepeatedCalls;
+use super::shim::TextCallShim;
 use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STRUCTURED_HINT};
 use super::{AgentError, AgentInner, HookList, REPLY_INTERRUPTED_NOTE};
 use crate::memory::{check_tool_pairs, repair_tool_pairs};
@@ -36,6 +37,8 @@ struct ModelOutput {
     interrupted: bool,
     /// Whether cumulative states of `msg` were printed (so its last state must be too).
     printed: bool,
+    /// Whether the tool shim read the message's calls from its text.
+    recovered: bool,
 }
 
 /// The state of one reply.
@@ -257,6 +260,7 @@ impl<'a> ReplyCx<'a> {
             mut msg,
             interrupted,
             printed,
+            recovered,
         } = self.call_model(request).await?;
         if interrupted {
             keep_complete_calls(&mut msg);
@@ -274,6 +278,15 @@ impl<'a> ReplyCx<'a> {
         if printed || !interrupted {
             self.print(&msg, true).await;
         }
+        if recovered {
+            // The message had no calls of its own, so its calls are the recovered ones, with
+            // the ids and as the hooks left them.
+            let call_ids: Vec<CallId> = msg.tool_uses().map(|call| call.id.clone()).collect();
+            if !call_ids.is_empty() {
+                let reply_id = self.active.reply_id.clone();
+                self.emit_with(|| AgentEvent::TextCallsRecovered { reply_id, call_ids });
+            }
+        }
         Ok(msg)
     }
 
@@ -285,6 +298,7 @@ impl<'a> ReplyCx<'a> {
             msg,
             interrupted,
             printed,
+            ..
         } = self.call_model(request).await?;
         if interrupted {
             if !msg.content.is_empty() {
@@ -314,9 +328,12 @@ impl<'a> ReplyCx<'a> {
     }
 
     /// Streams one model call into one assistant message, printing its cumulative states, until
-    /// it completes or the reply is cancelled (then the stream is dropped, R3).
+    /// it completes or the reply is cancelled (then the stream is dropped, R3). With the tool
+    /// shim, calls written as text become calls of the complete message, and the printed states
+    /// hold back what may be such a call.
     async fn call_model(&mut self, request: ChatRequest) -> Result<ModelOutput, AgentError> {
         let streaming = self.inner.config.model.is_streaming();
+        let shim = TextCallShim::for_request(self.inner.config.tool_shim, &request);
         tracing::debug!(
             model = self.inner.config.model.model_name(),
             messages = request.messages.len(),
@@ -331,7 +348,7 @@ impl<'a> ReplyCx<'a> {
             let item = tokio::select! {
                 biased;
                 () = self.active.token.cancelled() => {
-                    return Ok(ModelOutput { msg, interrupted: true, printed });
+                    return Ok(ModelOutput { msg, interrupted: true, printed, recovered: false });
                 }
                 item = stream.next() => item,
             };
@@ -345,17 +362,26 @@ impl<'a> ReplyCx<'a> {
                 self.usage.time += usage.time;
             }
             if streaming {
-                self.print(&msg, false).await;
+                match &shim {
+                    Some(shim) if self.wants_events() => {
+                        let mut shown = msg.clone();
+                        shown.content = shim.shown(&msg.content);
+                        self.print(&shown, false).await;
+                    }
+                    _ => self.print(&msg, false).await,
+                }
                 printed = true;
             }
         }
         if !received {
             return Err(ModelError::Stream("the model returned no response".into()).into());
         }
+        let recovered = shim.is_some_and(|shim| !shim.recover(&mut msg.content).is_empty());
         Ok(ModelOutput {
             msg,
             interrupted: false,
             printed,
+            recovered,
         })
     }
 

@@ -3,7 +3,8 @@
 //! Small models often answer a tool request with the call in their text instead of in the
 //! structured field: inside Qwen's `<tool_call>` tags, as a fenced JSON block, or as a bare JSON
 //! object. [`parse_text_calls`] finds such calls, for the embedded model (whose output is only
-//! text) and for a server that did not parse them (the "tool shim" of the OpenAI provider).
+//! text) and for a server that did not parse them (the agent's tool shim, see
+//! [`ReActAgentBuilder::tool_shim`](crate::agent::ReActAgentBuilder::tool_shim)).
 //!
 //! Only objects naming one of the offered tools count, so an answer that merely contains JSON
 //! stays an answer.
@@ -79,6 +80,121 @@ pub fn may_start_text_call(text: &str) -> bool {
         || trimmed.starts_with("<tool_call>")
         || "<tool_call>".starts_with(trimmed) && !trimmed.is_empty()
         || "```".starts_with(trimmed) && !trimmed.is_empty()
+}
+
+/// How much of `text`, an answer still being generated, can be shown as answer text now when
+/// `tools` are offered: everything before the first place that is, or may still become, a call
+/// written as text (`<tool_call>`, a fence without a language or marked `json`, a JSON object),
+/// without trailing whitespace. A fence in another language, or a complete JSON object that
+/// names no offered tool, is text and is shown.
+///
+/// What it returns is a prefix of the complete answer's text: of the whole text when no call
+/// turns up, and of [`ParsedText::text`] when one does (unless the answer starts with
+/// whitespace, which `ParsedText::text` trims). So a front end that shows these prefixes as the
+/// answer grows never shows a call as text, nor text that it must take back.
+///
+/// ```
+/// use agentry::model::streamable_text;
+///
+/// let tools = ["add"];
+/// assert_eq!(streamable_text("Let me add.\n```json\n{\"name\": \"ad", &tools), "Let me add.");
+/// assert_eq!(streamable_text("Use {\"x\": 1} here", &tools), "Use {\"x\": 1} here");
+/// assert_eq!(streamable_text("<tool_c", &tools), "");
+/// ```
+pub fn streamable_text<'a>(text: &'a str, tools: &[&str]) -> &'a str {
+    let shown = text[..pending_call_start(text, tools)].trim_end();
+    if shown.trim_start().is_empty() { "" } else { shown }
+}
+
+/// Whether the structure at an opener is answer text of a known length, or may hold a call.
+enum Extent {
+    /// Text for this many bytes (a structure without a call, or an opener that starts none).
+    Text(usize),
+    /// A call, or unfinished: it may still become one.
+    Pending,
+}
+
+/// Where the first call, or what may still become one, starts in `text` (its length if none).
+/// Follows [`next_call_span`]'s scan, so that whatever it passes over stays text.
+fn pending_call_start(text: &str, tools: &[&str]) -> usize {
+    let mut from = 0;
+    while from < text.len() {
+        let rest = &text[from..];
+        let Some(next) = [rest.find(OPEN_TAG), rest.find("```"), rest.find('{')]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            return from + partial_opener_at_end(rest);
+        };
+        let candidate = &rest[next..];
+        let extent = if candidate.starts_with(OPEN_TAG) {
+            // A tag is never answer text worth showing early; if it holds no call, the
+            // complete answer shows it.
+            Extent::Pending
+        } else if candidate.starts_with("```") {
+            fence_extent(candidate, tools)
+        } else {
+            object_extent(candidate, tools)
+        };
+        match extent {
+            Extent::Text(len) => from += next + len.max(1),
+            Extent::Pending => return from + next,
+        }
+    }
+    text.len()
+}
+
+/// Where an opener cut short at the end of `text` starts (`<tool`, two backticks), or its length.
+fn partial_opener_at_end(text: &str) -> usize {
+    text.char_indices()
+        .map(|(at, _)| at)
+        .filter(|at| text.len() - at < OPEN_TAG.len())
+        .find(|&at| OPEN_TAG.starts_with(&text[at..]) || "```".starts_with(&text[at..]))
+        .unwrap_or(text.len())
+}
+
+/// As [`fenced`], for a fence that may not be complete yet.
+fn fence_extent(text: &str, tools: &[&str]) -> Extent {
+    let Some(newline) = text[3..].find('\n') else {
+        // The language is not known yet.
+        return Extent::Pending;
+    };
+    let body_start = 3 + newline + 1;
+    let info = text[3..body_start].trim();
+    let close = text[body_start..].find("```");
+    if !info.is_empty() && !info.eq_ignore_ascii_case("json") && !info.eq_ignore_ascii_case("tool_call") {
+        // Another language: text to its end, or to the end of what has come so far.
+        return Extent::Text(close.map_or(text.len(), |at| body_start + at + 3));
+    }
+    match close {
+        Some(at) => match serde_json::from_str::<Value>(text[body_start..body_start + at].trim())
+            .ok()
+            .and_then(|value| calls_in(value, tools))
+        {
+            Some(_) => Extent::Pending,
+            None => Extent::Text(body_start + at + 3),
+        },
+        None => Extent::Pending,
+    }
+}
+
+/// As [`bare`], for an object that may not be complete yet.
+fn object_extent(text: &str, tools: &[&str]) -> Extent {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(value)) => {
+            let end = values.byte_offset();
+            match calls_in(value, tools) {
+                Some(_) => Extent::Pending,
+                None => Extent::Text(end),
+            }
+        }
+        // Cut short: the rest may make it a call.
+        Some(Err(e)) if e.is_eof() => Extent::Pending,
+        // Not JSON: the brace is text, as for the parser.
+        _ => Extent::Text(1),
+    }
 }
 
 struct Span {
@@ -307,6 +423,69 @@ mod tests {
         );
         assert_eq!(parsed.calls.len(), 1);
         assert_eq!(parsed.text, "Set {x} first, then  it is.");
+    }
+
+    #[test]
+    fn streamed_text_stops_before_what_may_be_a_call() {
+        let cases = [
+            ("Hello there", "Hello there"),
+            ("Hello there\n", "Hello there"),
+            ("{", ""),
+            ("  {\"name\": \"add\"", ""),
+            ("Sure.\n```", "Sure."),
+            ("Sure.\n``", "Sure."),
+            (
+                "Sure.\n```json\n{\"name\": \"add\", \"arguments\": {}}\n```\nDone.",
+                "Sure.",
+            ),
+            ("Sure.\n<tool_call>", "Sure."),
+            ("Sure. <tool", "Sure."),
+            ("Sure.\n```rust\nfn main() {}\n", "Sure.\n```rust\nfn main() {}"),
+            ("Set {x} first", "Set {x} first"),
+            ("Got {\"temperature\": 21} and {", "Got {\"temperature\": 21} and"),
+            ("```json\n{\"a\": 1}\n```\nok", "```json\n{\"a\": 1}\n```\nok"),
+            (
+                "Call {\"name\": \"rm_rf\", \"arguments\": {}} never",
+                "Call {\"name\": \"rm_rf\", \"arguments\": {}} never",
+            ),
+            ("A {\"name\": \"add\", \"arguments\": {}} B", "A"),
+        ];
+        for (text, shown) in cases {
+            assert_eq!(streamable_text(text, TOOLS), shown, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn every_streamed_prefix_starts_the_final_text() {
+        for text in [
+            "Let me add them.\n```json\n{\"name\": \"add\", \"arguments\": {\"a\": 2}}\n```\nThen I answer.",
+            "I will {check} it: <tool_call>\n{\"name\": \"add\", \"arguments\": {}}\n</tool_call>",
+            "Plain answer with `code`, {\"json\": true} and\n```python\nprint({})\n```\nbye",
+            "{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}",
+            "Numbers: {1, 2} and ``` inline ``` text",
+        ] {
+            let parsed = parse_text_calls(text, TOOLS);
+            let last = if parsed.calls.is_empty() {
+                text
+            } else {
+                parsed.text.as_str()
+            };
+            let mut shown_before = "";
+            for (at, _) in text.char_indices().chain([(text.len(), ' ')]) {
+                let shown = streamable_text(&text[..at], TOOLS);
+                assert!(
+                    last.starts_with(shown),
+                    "{:?} shows {shown:?}, not a prefix of {last:?}",
+                    &text[..at]
+                );
+                assert!(
+                    shown.starts_with(shown_before.trim_end()),
+                    "{:?} took back text",
+                    &text[..at]
+                );
+                shown_before = shown;
+            }
+        }
     }
 
     #[test]
