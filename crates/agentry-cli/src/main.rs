@@ -3,6 +3,7 @@
 mod builtin;
 mod chat;
 mod config;
+mod eval;
 mod mcp;
 mod render;
 mod run;
@@ -36,6 +37,9 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Inspect the configured MCP servers.
     Mcp(mcp::McpArgs),
+    /// Measure how well a model calls tools: run a set of prompts (eval/tool-calls.json) and
+    /// score the calls made and the answers.
+    Eval(eval::EvalArgs),
 }
 
 fn init_tracing() {
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Chat(args) => chat::chat(args).await,
             Command::Mcp(args) => mcp::mcp(args).await,
+            Command::Eval(args) => eval::eval(args).await,
         }
     });
     // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.

@@ -83,7 +83,7 @@ pub struct Setup {
 }
 
 /// The model the configuration names; a local one is loaded here (seconds for a 1 GB file).
-async fn build_model(config: ProviderConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
+pub(crate) async fn build_model(config: ProviderConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
     match config {
         ProviderConfig::OpenAi(config) => Ok(Arc::new(OpenAiChatModel::new(config)?)),
         #[cfg(feature = "local")]

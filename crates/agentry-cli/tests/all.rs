@@ -4,6 +4,7 @@
 
 mod common;
 
+mod eval;
 mod interactive;
 mod mcp;
 mod run;

@@ -2,7 +2,7 @@
 //!
 //! `current_time`, `calculate`, and `list_files` / `read_file` confined to the working directory.
 
-mod calc;
+pub(crate) mod calc;
 mod files;
 mod search;
 mod write;
