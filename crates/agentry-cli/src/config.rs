@@ -22,6 +22,10 @@ pub struct ModelArgs {
     /// Ask for the whole answer at once instead of streaming it
     #[arg(long)]
     pub no_stream: bool,
+    /// Take a tool call the model wrote as text (a JSON block, `<tool_call>` tags) as text,
+    /// instead of running it as a call (the tool shim; config file: "tool_shim": false)
+    #[arg(long)]
+    pub no_tool_shim: bool,
     /// Retries on rate limits (429), server errors (5xx), connection errors and streams that
     /// break before their first event [default: 4]
     #[arg(long, value_name = "N")]
@@ -105,7 +109,8 @@ pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<Pr
 /// ```json
 /// {"base_url": "http://127.0.0.1:8080/v1", "model": "qwen2.5", "api_key": "...",
 ///  "stream": true, "max_retries": 4, "connect_timeout": 10, "read_timeout": "2m",
-///  "request_timeout": 900, "headers": {"x-org": "me"}, "extra_body": {"temperature": 0}}
+///  "request_timeout": 900, "headers": {"x-org": "me"}, "extra_body": {"temperature": 0},
+///  "tool_shim": false}
 /// ```
 ///
 /// Timeouts are seconds, or strings with a unit as the flags take them.
@@ -133,6 +138,13 @@ pub struct ConfigFile {
     pub system_prompt: Option<String>,
     /// Default `max_iters`.
     pub max_iters: Option<usize>,
+    /// Whether tool calls written as text run as calls (default true; `--no-tool-shim`).
+    pub tool_shim: Option<bool>,
+}
+
+/// Whether the tool shim is on: `--no-tool-shim` turns it off, else the file's `tool_shim`.
+pub fn tool_shim(args: &ModelArgs, file: &ConfigFile) -> bool {
+    !args.no_tool_shim && file.tool_shim != Some(false)
 }
 
 /// A duration as flags and the config file take it: seconds (`30`, `2.5`), or a number with
@@ -268,6 +280,7 @@ mod tests {
             model: Some("flag-model".into()),
             base_url: None,
             no_stream: false,
+            no_tool_shim: false,
             max_retries: Some(0),
             connect_timeout: None,
             read_timeout: Some(Duration::from_millis(1500)),
@@ -287,6 +300,14 @@ mod tests {
         assert!(serde_json::from_str::<ConfigFile>(r#"{"read_timeout": "soon"}"#).is_err());
         assert!(serde_json::from_str::<ConfigFile>(r#"{"read_timeout": 0}"#).is_err());
         assert!(serde_json::from_str::<ConfigFile>(r#"{"modle": "typo"}"#).is_err());
+        assert!(tool_shim(&args, &file), "on by default");
+        let off: ConfigFile = serde_json::from_str(r#"{"tool_shim": false}"#).unwrap();
+        assert!(!tool_shim(&args, &off));
+        let flag = ModelArgs {
+            no_tool_shim: true,
+            ..args
+        };
+        assert!(!tool_shim(&flag, &file));
     }
 
     #[test]

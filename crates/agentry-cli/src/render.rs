@@ -63,7 +63,12 @@ pub struct Renderer<O: Write, E: Write> {
     results: HashMap<CallId, (String, bool)>,
     /// When progress of a call was last shown (one line a second at most).
     progress_shown: HashMap<CallId, std::time::Instant>,
+    /// Whether the tool-shim note was printed (once: one renderer per process).
+    shim_noted: bool,
 }
+
+/// Said once when the tool shim recovered a call the model wrote as text.
+pub const TOOL_SHIM_NOTE: &str = "note: the model wrote its tool call as text; agentry recovered it (tool shim). --no-tool-shim turns this off.";
 
 /// Characters shown of arguments, results and progress messages.
 const SUMMARY_CHARS: usize = 120;
@@ -83,6 +88,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
             calls: HashMap::new(),
             results: HashMap::new(),
             progress_shown: HashMap::new(),
+            shim_noted: false,
         }
     }
 
@@ -109,6 +115,12 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 Ok(())
             }
             AgentEvent::ToolProgress { call_id, message, .. } => self.progress(call_id, message),
+            AgentEvent::TextCallsRecovered { .. } if !self.shim_noted => {
+                self.shim_noted = true;
+                self.end_line()?;
+                writeln!(self.err, "{}", self.style.dim(TOOL_SHIM_NOTE))?;
+                self.err.flush()
+            }
             AgentEvent::ToolFinished {
                 call_id,
                 name,
@@ -345,6 +357,17 @@ mod tests {
         let (out, err) = render(&events);
         assert_eq!(out, "Hel\\e[2Jlo\\u{202e}\n");
         assert_eq!(err, "⚙ calc\\e[2K\\r([\"\\e]0;t\\a\"]) →  [5 µs]\n");
+    }
+
+    #[test]
+    fn the_tool_shim_note_is_printed_once() {
+        let recovered = AgentEvent::TextCallsRecovered {
+            reply_id: "r".into(),
+            call_ids: vec!["c1".into()],
+        };
+        let (out, err) = render(&[recovered.clone(), recovered]);
+        assert_eq!(out, "");
+        assert_eq!(err, format!("{TOOL_SHIM_NOTE}\n"));
     }
 
     #[test]

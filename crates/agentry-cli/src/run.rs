@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::builtin::register_builtin_tools;
-use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config};
+use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config, tool_shim};
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
@@ -121,6 +121,7 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     let toolkit = Toolkit::new();
     register_builtin_tools(&toolkit, &workdir)?;
     let mcp = McpServers::start(&servers, &toolkit).await;
+    let shim = tool_shim(&args.model, &file);
     let system = args
         .system
         .clone()
@@ -133,6 +134,7 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         .toolkit(toolkit)
         .max_iters(args.max_iters.or(file.max_iters).unwrap_or(10))
         .parallel_tool_calls(args.parallel)
+        .tool_shim(shim)
         .build();
     match built {
         Ok(agent) => Ok(Setup { agent, mcp }),

@@ -8,3 +8,4 @@ mod eval;
 mod interactive;
 mod mcp;
 mod run;
+mod tool_shim;
