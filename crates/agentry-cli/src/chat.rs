@@ -19,12 +19,15 @@ pub struct ChatArgs {
 pub async fn chat(args: ChatArgs) -> ExitCode {
     // First, so that SIGTERM is handled from now on.
     let mut terminal = Terminal::new(true);
-    let Setup { agent, mcp } = match agent_or_exit(&args.agent).await {
+    let Setup { agent, mcp, local } = match agent_or_exit(&args.agent).await {
         Ok(setup) => setup,
         Err(code) => return code,
     };
     let code = converse(&agent, &mut terminal).await;
     mcp.close().await;
+    if args.agent.verbose {
+        crate::run::print_local_figures(&local);
+    }
     code
 }
 

@@ -68,14 +68,30 @@ pub enum ProviderName {
 pub enum ProviderConfig {
     /// An OpenAI-compatible server.
     OpenAi(OpenAiConfig),
-    /// A GGUF file run in this process.
+    /// A GGUF model run in this process.
     Local {
-        /// The file.
-        path: PathBuf,
+        /// Which model.
+        model: LocalModelChoice,
+        /// True when nothing asked for a provider and the local model was chosen because no
+        /// server is configured: the user is told, once, how to use a remote one.
+        implicit: bool,
     },
 }
 
-/// Which provider the flags, the environment and the file ask for.
+/// The local model: a file, or a model known by name (fetched into the cache on first use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalModelChoice {
+    /// A GGUF file.
+    File(PathBuf),
+    /// A name from `agentry model list`.
+    Named(String),
+}
+
+/// The model used by the local provider when none is named.
+pub const DEFAULT_LOCAL_MODEL: &str = "qwen2.5-coder-1.5b";
+
+/// Which provider the flags, the environment and the file ask for. With none asked for, the
+/// local model runs unless an OpenAI-compatible server is configured (a base URL or an API key).
 pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<ProviderConfig> {
     let from_env = match env("AGENTRY_PROVIDER") {
         Some(name) => Some(match name.to_ascii_lowercase().as_str() {
@@ -85,23 +101,62 @@ pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<Pr
         }),
         None => None,
     };
-    match args
-        .provider
-        .or(from_env)
-        .or(file.provider)
-        .unwrap_or(ProviderName::Openai)
-    {
+    let model_path = args
+        .model_path
+        .clone()
+        .or_else(|| env("AGENTRY_MODEL_PATH").map(PathBuf::from))
+        .or_else(|| file.model_path.clone());
+    let named = args
+        .model
+        .clone()
+        .or_else(|| env("AGENTRY_MODEL"))
+        .or_else(|| file.model.clone());
+    let chosen = args.provider.or(from_env).or(file.provider);
+    let server_configured = args.base_url.is_some()
+        || env("OPENAI_BASE_URL").is_some()
+        || env("OPENAI_API_KEY").is_some()
+        || file.base_url.is_some()
+        || file.api_key.is_some();
+    let (provider, implicit) = match chosen {
+        Some(provider) => (provider, false),
+        None if model_path.is_some() => (ProviderName::Local, false),
+        None if server_configured => (ProviderName::Openai, false),
+        None => (ProviderName::Local, true),
+    };
+    match provider {
         ProviderName::Openai => Ok(ProviderConfig::OpenAi(model_config(args, file))),
         ProviderName::Local => {
-            let path = args
-                .model_path
-                .clone()
-                .or_else(|| env("AGENTRY_MODEL_PATH").map(PathBuf::from))
-                .or_else(|| file.model_path.clone())
-                .context("the local provider needs a GGUF file: --model-path FILE (or AGENTRY_MODEL_PATH, or \"model_path\" in the config file)")?;
-            Ok(ProviderConfig::Local { path })
+            let model = match (model_path, named) {
+                (Some(path), _) => LocalModelChoice::File(path),
+                (None, Some(name)) => {
+                    if !known_local_model(&name) {
+                        anyhow::bail!(
+                            "{name:?} is not a model the local provider knows (see `agentry model list`).{}",
+                            if implicit {
+                                " To use it on a server, give its address: --base-url URL or OPENAI_BASE_URL \
+                                 (and OPENAI_API_KEY if it needs one)."
+                            } else {
+                                " Give a GGUF file with --model-path FILE."
+                            }
+                        );
+                    }
+                    LocalModelChoice::Named(name)
+                }
+                (None, None) => LocalModelChoice::Named(DEFAULT_LOCAL_MODEL.into()),
+            };
+            Ok(ProviderConfig::Local { model, implicit })
         }
     }
+}
+
+#[cfg(feature = "local")]
+fn known_local_model(name: &str) -> bool {
+    agentry_local::find_known_model(name).is_some()
+}
+
+#[cfg(not(feature = "local"))]
+fn known_local_model(name: &str) -> bool {
+    name == DEFAULT_LOCAL_MODEL || name == "qwen2.5-coder-0.5b"
 }
 
 /// The config file: every field optional.
@@ -308,6 +363,59 @@ mod tests {
             ..args
         };
         assert!(!tool_shim(&flag, &file));
+    }
+
+    fn no_flags() -> ModelArgs {
+        ModelArgs {
+            model: None,
+            base_url: None,
+            no_stream: false,
+            no_tool_shim: false,
+            max_retries: None,
+            connect_timeout: None,
+            read_timeout: None,
+            request_timeout: None,
+            config: None,
+            provider: None,
+            model_path: None,
+        }
+    }
+
+    #[test]
+    fn a_configured_server_or_model_file_decides_the_provider() {
+        let server: ConfigFile =
+            serde_json::from_str(r#"{"base_url": "http://h/v1", "model": "m"}"#).unwrap();
+        assert!(matches!(
+            provider_config(&no_flags(), &server).unwrap(),
+            ProviderConfig::OpenAi(_)
+        ));
+        let file: ConfigFile = serde_json::from_str(r#"{"model_path": "/m.gguf"}"#).unwrap();
+        match provider_config(&no_flags(), &file).unwrap() {
+            ProviderConfig::Local { model, implicit } => {
+                assert_eq!(model, LocalModelChoice::File("/m.gguf".into()));
+                assert!(!implicit);
+            }
+            other => panic!("expected the local provider, got {other:?}"),
+        }
+        let named = ModelArgs {
+            provider: Some(ProviderName::Local),
+            model: Some("qwen2.5-coder-0.5b".into()),
+            ..no_flags()
+        };
+        match provider_config(&named, &server).unwrap() {
+            ProviderConfig::Local { model, implicit } => {
+                assert_eq!(model, LocalModelChoice::Named("qwen2.5-coder-0.5b".into()));
+                assert!(!implicit, "asked for");
+            }
+            other => panic!("expected the local provider, got {other:?}"),
+        }
+        let unknown = ModelArgs {
+            provider: Some(ProviderName::Local),
+            model: Some("gpt-4o".into()),
+            ..no_flags()
+        };
+        let err = provider_config(&unknown, &ConfigFile::default()).unwrap_err();
+        assert!(err.to_string().contains("--model-path"), "{err}");
     }
 
     #[test]

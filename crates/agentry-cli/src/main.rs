@@ -5,6 +5,8 @@ mod chat;
 mod config;
 mod eval;
 mod mcp;
+#[cfg(feature = "local")]
+mod models;
 mod render;
 mod run;
 mod sanitize;
@@ -37,6 +39,9 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Inspect the configured MCP servers.
     Mcp(mcp::McpArgs),
+    /// The models the local provider fetches by name: list, pull, path.
+    #[cfg(feature = "local")]
+    Model(models::ModelArgs),
     /// Measure how well a model calls tools: run a set of prompts (eval/tool-calls.json) and
     /// score the calls made and the answers.
     Eval(eval::EvalArgs),
@@ -84,6 +89,8 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Chat(args) => chat::chat(args).await,
             Command::Mcp(args) => mcp::mcp(args).await,
+            #[cfg(feature = "local")]
+            Command::Model(args) => models::model(args).await,
             Command::Eval(args) => eval::eval(args).await,
         }
     });

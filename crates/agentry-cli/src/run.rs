@@ -56,6 +56,9 @@ pub struct AgentArgs {
     /// Do not read the default MCP config file
     #[arg(long)]
     pub no_mcp: bool,
+    /// After the reply, print what the local model did: load time, tokens, tokens per second
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 fn default_system_prompt(workdir: &std::path::Path, mcp: &McpServers) -> String {
@@ -80,33 +83,107 @@ pub struct Setup {
     pub agent: ReActAgent,
     /// The servers behind its MCP tools.
     pub mcp: McpServers,
+    /// The local model, if the agent runs one (for `--verbose`).
+    pub local: LocalFigures,
 }
 
-/// The model the configuration names; a local one is loaded here (seconds for a 1 GB file).
+/// The model the configuration names; a local one is fetched if needed and loaded here
+/// (seconds for a 1 GB file).
 pub(crate) async fn build_model(config: ProviderConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
+    Ok(build_model_with_figures(config).await?.0)
+}
+
+/// A local model, kept to read its figures (`--verbose`).
+#[cfg(feature = "local")]
+pub(crate) type LocalFigures = Option<agentry_local::LocalModel>;
+/// Nothing to read without the local provider.
+#[cfg(not(feature = "local"))]
+pub(crate) type LocalFigures = Option<std::convert::Infallible>;
+
+/// [`build_model`], and the local model itself when it is one.
+pub(crate) async fn build_model_with_figures(
+    config: ProviderConfig,
+) -> anyhow::Result<(Arc<dyn ChatModel>, LocalFigures)> {
     match config {
-        ProviderConfig::OpenAi(config) => Ok(Arc::new(OpenAiChatModel::new(config)?)),
+        ProviderConfig::OpenAi(config) => Ok((Arc::new(OpenAiChatModel::new(config)?), None)),
         #[cfg(feature = "local")]
-        ProviderConfig::Local { path } => {
-            let model = tokio::task::spawn_blocking(move || {
-                agentry_local::LocalModel::load(&path, agentry_local::LocalModelConfig::default())
-            })
-            .await
-            .context("loading the local model stopped")??;
-            Ok(Arc::new(model))
+        ProviderConfig::Local { model, implicit } => {
+            let local = load_local_model(model, implicit).await?;
+            Ok((Arc::new(local.clone()), Some(local)))
         }
         #[cfg(not(feature = "local"))]
-        ProviderConfig::Local { path } => anyhow::bail!(
-            "cannot run {}: this agentry was built without the local provider (cargo feature `local`)",
-            path.display()
+        ProviderConfig::Local { .. } => anyhow::bail!(
+            "this agentry was built without the local provider (cargo feature `local`): \
+             give an OpenAI-compatible server with --base-url or OPENAI_BASE_URL"
         ),
     }
 }
 
+#[cfg(feature = "local")]
+async fn load_local_model(
+    model: crate::config::LocalModelChoice,
+    implicit: bool,
+) -> anyhow::Result<agentry_local::LocalModel> {
+    use crate::config::LocalModelChoice;
+    let model_label = match &model {
+        LocalModelChoice::File(path) => path.display().to_string(),
+        LocalModelChoice::Named(name) => name.clone(),
+    };
+    if implicit {
+        eprintln!(
+            "agentry: no model server is configured, so the answer comes from the local model {} \
+             (on this CPU). For a remote model: --provider openai with --base-url/OPENAI_BASE_URL \
+             and OPENAI_API_KEY; see `agentry model list` for local ones.",
+            model_label
+        );
+    }
+    let (path, name) = match model {
+        LocalModelChoice::File(path) => (path, None),
+        LocalModelChoice::Named(name) => {
+            let cache = agentry_local::ModelCache::from_env()?;
+            let path = crate::models::pull(&cache, &name)
+                .await
+                .with_context(|| format!("the local model {name} is not available"))?;
+            (path, Some(name))
+        }
+    };
+    let mut config = agentry_local::LocalModelConfig::default();
+    if let Some(name) = name {
+        config = config.name(name);
+    }
+    let loaded = tokio::task::spawn_blocking(move || agentry_local::LocalModel::load(&path, config))
+        .await
+        .context("loading the local model stopped")??;
+    Ok(loaded)
+}
+
+/// `--verbose`: what the local model did, on stderr.
+#[cfg(feature = "local")]
+pub(crate) fn print_local_figures(local: &LocalFigures) {
+    let Some(model) = local else { return };
+    let stats = model.stats();
+    let t = &stats.totals;
+    eprintln!(
+        "local model: loaded in {:.1} s; {} generations; prompt {} tokens ({} from the cache) at {:.1} tok/s; \
+         generated {} tokens at {:.1} tok/s",
+        stats.load_time.as_secs_f64(),
+        t.calls,
+        t.prompt_tokens,
+        t.reused_tokens,
+        t.prompt_tokens_per_second(),
+        t.generated_tokens,
+        t.generation_tokens_per_second()
+    );
+}
+
+/// Nothing to print without the local provider.
+#[cfg(not(feature = "local"))]
+pub(crate) fn print_local_figures(_: &LocalFigures) {}
+
 /// Builds the agent: the model, the built-in tools, and the tools of the MCP servers that start.
 pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     let file = load_config_file(args.model.config.as_deref())?;
-    let model = build_model(provider_config(&args.model, &file)?).await?;
+    let (model, local) = build_model_with_figures(provider_config(&args.model, &file)?).await?;
     let workdir = args
         .workdir
         .canonicalize()
@@ -137,7 +214,7 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         .tool_shim(shim)
         .build();
     match built {
-        Ok(agent) => Ok(Setup { agent, mcp }),
+        Ok(agent) => Ok(Setup { agent, mcp, local }),
         Err(e) => {
             mcp.close().await;
             Err(e.into())
@@ -176,12 +253,15 @@ pub fn report_error(e: &AgentError) {
 pub async fn run(args: RunArgs) -> ExitCode {
     // First, so that SIGTERM is handled from now on.
     let mut terminal = Terminal::new(false);
-    let Setup { agent, mcp } = match agent_or_exit(&args.agent).await {
+    let Setup { agent, mcp, local } = match agent_or_exit(&args.agent).await {
         Ok(setup) => setup,
         Err(code) => return code,
     };
     let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
     mcp.close().await;
+    if args.agent.verbose {
+        print_local_figures(&local);
+    }
     match outcome {
         Outcome::Quit => ExitCode::from(EXIT_INTERRUPTED),
         Outcome::Terminated => ExitCode::from(EXIT_TERMINATED),

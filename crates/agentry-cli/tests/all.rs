@@ -6,6 +6,7 @@ mod common;
 
 mod eval;
 mod interactive;
+mod local_model;
 mod mcp;
 mod run;
 mod tool_shim;

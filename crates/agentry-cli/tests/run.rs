@@ -110,7 +110,11 @@ async fn server_errors_exit_1_with_the_status_and_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misconfiguration_exits_2_and_says_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();
-    let out = agentry(vec!["run".into(), "hello".into()], dir.path()).await;
+    let out = agentry(
+        vec!["run".into(), "--provider".into(), "openai".into(), "hello".into()],
+        dir.path(),
+    )
+    .await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no model name"), "{stderr}");

@@ -29,7 +29,7 @@ mod template;
 
 use std::path::PathBuf;
 
-pub use provider::{LocalModel, LocalModelConfig, LocalStats};
+pub use provider::{LocalModel, LocalModelConfig, LocalStats, LocalTotals};
 #[cfg(feature = "pull")]
 pub use pull::{
     CachedModel, DEFAULT_MODEL, HF_ENDPOINT_ENV, KnownModel, MODELS_DIR_ENV, ModelCache, ModelSource,

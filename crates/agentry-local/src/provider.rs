@@ -71,7 +71,8 @@ impl LocalModelConfig {
     }
 }
 
-/// Figures of the last call, for `--verbose` and the benchmarks.
+/// Figures of the last call and of all calls since the model was loaded, for `--verbose` and
+/// the benchmarks.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct LocalStats {
@@ -87,6 +88,50 @@ pub struct LocalStats {
     pub prompt_time: Duration,
     /// Time to generate.
     pub generation_time: Duration,
+    /// The same figures added up over every call since the model was loaded.
+    pub totals: LocalTotals,
+}
+
+/// Figures added up over calls.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct LocalTotals {
+    /// Calls (generations).
+    pub calls: usize,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Of those, how many came from the cache.
+    pub reused_tokens: usize,
+    /// Tokens generated.
+    pub generated_tokens: usize,
+    /// Time spent on the prompt tokens that were not cached.
+    pub prompt_time: Duration,
+    /// Time spent generating.
+    pub generation_time: Duration,
+}
+
+impl LocalTotals {
+    /// Prompt tokens run per second (the cached ones excluded).
+    pub fn prompt_tokens_per_second(&self) -> f64 {
+        rate(
+            self.prompt_tokens.saturating_sub(self.reused_tokens),
+            self.prompt_time,
+        )
+    }
+
+    /// Tokens generated per second.
+    pub fn generation_tokens_per_second(&self) -> f64 {
+        rate(self.generated_tokens, self.generation_time)
+    }
+}
+
+fn rate(tokens: usize, time: Duration) -> f64 {
+    let seconds = time.as_secs_f64();
+    if seconds > 0.0 {
+        tokens as f64 / seconds
+    } else {
+        0.0
+    }
 }
 
 /// A GGUF model running in this process. Calls take turns: one generation at a time (the
@@ -129,7 +174,7 @@ impl LocalModel {
         })
     }
 
-    /// Figures of the last call.
+    /// Figures of the last call and totals since loading.
     pub fn stats(&self) -> LocalStats {
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -206,6 +251,13 @@ impl LocalModel {
         stats.generated_tokens = generated.generated_tokens;
         stats.prompt_time = generated.prompt_time;
         stats.generation_time = generated.generation_time;
+        let totals = &mut stats.totals;
+        totals.calls += 1;
+        totals.prompt_tokens += generated.prompt_tokens;
+        totals.reused_tokens += generated.reused_tokens;
+        totals.generated_tokens += generated.generated_tokens;
+        totals.prompt_time += generated.prompt_time;
+        totals.generation_time += generated.generation_time;
     }
 }
 

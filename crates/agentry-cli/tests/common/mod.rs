@@ -17,6 +17,12 @@ pub fn command(args: &[String], home: &Path) -> Command {
         .env_remove("OPENAI_MODEL")
         .env_remove("AGENTRY_MODEL")
         .env_remove("AGENTRY_LOG")
+        .env_remove("AGENTRY_PROVIDER")
+        .env_remove("AGENTRY_MODEL_PATH")
+        // No test fetches a model from the internet by accident.
+        .env("AGENTRY_MODELS_DIR", home.join("models"))
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .env("AGENTRY_PYPI_URL", "http://127.0.0.1:9")
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("HOME", home)
         .env("NO_COLOR", "1");
@@ -29,12 +35,17 @@ pub async fn agentry(args: Vec<String>, home: &Path) -> Output {
 }
 
 /// Runs a prepared command to its end, stdin closed, within a deadline.
-pub async fn output(mut command: Command) -> Output {
+pub async fn output(command: Command) -> Output {
+    output_within(command, std::time::Duration::from_secs(60)).await
+}
+
+/// [`output`] with another deadline (a real model on a CPU takes minutes).
+pub async fn output_within(mut command: Command, deadline: std::time::Duration) -> Output {
     let run =
         tokio::task::spawn_blocking(move || command.stdin(std::process::Stdio::null()).output().unwrap());
-    tokio::time::timeout(std::time::Duration::from_secs(60), run)
+    tokio::time::timeout(deadline, run)
         .await
-        .expect("agentry did not finish within 60 s")
+        .unwrap_or_else(|_| panic!("agentry did not finish within {deadline:?}"))
         .unwrap()
 }
 

@@ -90,7 +90,7 @@ pub fn catalog() -> Vec<KnownModel> {
     vec![
         KnownModel {
             name: DEFAULT_MODEL.into(),
-            description: "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (1.1 GB): the default".into(),
+            description: "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (1.1 GB)".into(),
             size: 1_117_320_768,
             sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046".into(),
             sources: vec![

@@ -75,9 +75,8 @@ mod tests {
         let values: Vec<f32> = (0..256).map(|i| ((i as f32) * 0.37).sin()).collect();
         let weights = Tensor::from_vec(values, (4, 64), &Device::Cpu).unwrap();
         let slow = QTensor::quantize(&weights, GgmlDType::Q5_0).unwrap();
-        let kept = QTensor::quantize(&weights, GgmlDType::Q4K).unwrap_or_else(|_| {
-            QTensor::quantize(&weights, GgmlDType::F32).unwrap()
-        });
+        let kept = QTensor::quantize(&weights, GgmlDType::Q4K)
+            .unwrap_or_else(|_| QTensor::quantize(&weights, GgmlDType::F32).unwrap());
         let arch = gguf_file::Value::String("qwen2".into());
         let tokens = gguf_file::Value::Array(vec![
             gguf_file::Value::String("a".into()),
@@ -86,7 +85,10 @@ mod tests {
         let mut file = std::fs::File::create(&input).unwrap();
         gguf_file::write(
             &mut file,
-            &[("general.architecture", &arch), ("tokenizer.ggml.tokens", &tokens)],
+            &[
+                ("general.architecture", &arch),
+                ("tokenizer.ggml.tokens", &tokens),
+            ],
             &[("slow.weight", &slow), ("kept.weight", &kept)],
         )
         .unwrap();
@@ -97,7 +99,12 @@ mod tests {
         let mut reader = std::fs::File::open(&output).unwrap();
         let content = gguf_file::Content::read(&mut reader).unwrap();
         assert_eq!(
-            content.metadata.get("general.architecture").unwrap().to_string().unwrap(),
+            content
+                .metadata
+                .get("general.architecture")
+                .unwrap()
+                .to_string()
+                .unwrap(),
             "qwen2"
         );
         assert!(content.metadata.contains_key("tokenizer.ggml.tokens"));

@@ -67,10 +67,9 @@ impl Fetcher {
         for _ in 0..ATTEMPTS {
             match self.attempt(url, dest, on_size).await {
                 Ok(()) => return Ok(()),
-                // A server that says no will say it again.
-                Err(e @ (PullError::Http { .. } | PullError::Io { .. })) => return Err(e),
-                Err(e) => {
-                    tracing::warn!("download of {url} broke off ({e}); resuming");
+                Err(Broken::Final(e)) => return Err(e),
+                Err(Broken::Resumable(e)) => {
+                    tracing::debug!("download broke off ({e}); resuming");
                     last_error = Some(e);
                 }
             }
@@ -86,7 +85,7 @@ impl Fetcher {
         url: &str,
         dest: &Path,
         on_size: &mut (dyn FnMut(u64) + Send),
-    ) -> Result<(), PullError> {
+    ) -> Result<(), Broken> {
         let have = match tokio::fs::metadata(dest).await {
             Ok(meta) => meta.len(),
             Err(_) => 0,
@@ -95,7 +94,11 @@ impl Fetcher {
         if have > 0 {
             request = request.header(RANGE, format!("bytes={have}-"));
         }
-        let response = request.send().await.map_err(|e| network(url, &e))?;
+        // A server that cannot be reached, or that says no, will do so again.
+        let response = request
+            .send()
+            .await
+            .map_err(|e| Broken::Final(network(url, &e)))?;
         let status = response.status();
         let append = match status {
             StatusCode::PARTIAL_CONTENT if resumes_at(&response, have) => true,
@@ -104,12 +107,13 @@ impl Fetcher {
             // The server ignored the range (or sent another one): start again.
             s if s.is_success() => false,
             _ => {
-                return Err(PullError::Http {
+                return Err(Broken::Final(PullError::Http {
                     url: url.into(),
                     status: status.as_u16(),
-                });
+                }));
             }
         };
+        let final_io = |e: std::io::Error| Broken::Final(PullError::io(dest, &e));
         let mut file = tokio::fs::OpenOptions::new()
             .create(true)
             .write(true)
@@ -117,22 +121,26 @@ impl Fetcher {
             .truncate(!append)
             .open(dest)
             .await
-            .map_err(|e| PullError::io(dest, &e))?;
+            .map_err(final_io)?;
         let mut size = if append { have } else { 0 };
         on_size(size);
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| network(url, &e))?;
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| PullError::io(dest, &e))?;
+            let chunk = chunk.map_err(|e| Broken::Resumable(network(url, &e)))?;
+            file.write_all(&chunk).await.map_err(final_io)?;
             size += chunk.len() as u64;
             on_size(size);
         }
-        file.flush().await.map_err(|e| PullError::io(dest, &e))?;
-        file.sync_all().await.map_err(|e| PullError::io(dest, &e))?;
+        file.flush().await.map_err(final_io)?;
+        file.sync_all().await.map_err(final_io)?;
         Ok(())
     }
+}
+
+/// How an attempt failed: for good, or mid-body (worth resuming).
+enum Broken {
+    Final(PullError),
+    Resumable(PullError),
 }
 
 /// Whether a 206 answer starts where our partial file ends.
@@ -148,12 +156,12 @@ fn resumes_at(response: &reqwest::Response, have: u64) -> bool {
 }
 
 fn network(url: &str, e: &reqwest::Error) -> PullError {
-    // reqwest's top-level message hides the cause ("error sending request").
+    // The innermost cause says what happened ("failed to lookup address information"); the
+    // outer ones repeat the URL.
     let mut reason = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
-        reason.push_str(": ");
-        reason.push_str(&cause.to_string());
+        reason = cause.to_string();
         source = cause.source();
     }
     PullError::Network {

@@ -1,0 +1,121 @@
+//! The `agentry` binary with the embedded model: the default provider when no server is
+//! configured, and a real tool-needing question answered by the Qwen2.5-Coder 0.5B that
+//! `scripts/test` fetches (named by `AGENTRY_TEST_MODEL`; without it that test says so and passes).
+
+use std::path::PathBuf;
+
+use crate::common::{agentry, command, output, text};
+
+fn test_model() -> Option<PathBuf> {
+    match std::env::var_os("AGENTRY_TEST_MODEL") {
+        Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
+        _ => {
+            eprintln!("AGENTRY_TEST_MODEL is not set: the real-model test is skipped");
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_server_configured_run_uses_the_local_model_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    // The test environment's hub and registry refuse connections: the pull fails at once.
+    let out = agentry(vec!["run".into(), "--no-mcp".into(), "hello".into()], dir.path()).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no model server is configured")
+            && stderr.contains("--provider openai with --base-url/OPENAI_BASE_URL"),
+        "the user is told why and how to use a server: {stderr}"
+    );
+    assert!(
+        stderr.contains("fetching qwen2.5-coder-1.5b into"),
+        "the default model is fetched: {stderr}"
+    );
+    assert!(
+        stderr.contains("could not fetch qwen2.5-coder-1.5b from any source"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_name_the_local_provider_does_not_know_is_refused_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = agentry(
+        vec!["run".into(), "--model".into(), "gpt-4o".into(), "hi".into()],
+        dir.path(),
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"gpt-4o\" is not a model the local provider knows"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("OPENAI_BASE_URL"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_list_and_path_read_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::write(models.join("qwen2.5-coder-0.5b.gguf"), b"GGUF").unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = command(
+            &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            dir.path(),
+        );
+        cmd.env("AGENTRY_MODELS_DIR", &models);
+        output(cmd)
+    };
+
+    let out = run(&["model", "list", "--json"]).await;
+    assert!(out.status.success());
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entries = list["models"].as_array().unwrap();
+    let by_name = |name: &str| entries.iter().find(|m| m["name"] == name).unwrap().clone();
+    assert_eq!(by_name("qwen2.5-coder-0.5b")["fetched"], true);
+    assert_eq!(by_name("qwen2.5-coder-1.5b")["fetched"], false);
+    assert_eq!(by_name("qwen2.5-coder-1.5b")["default"], true);
+
+    let out = run(&["model", "path", "qwen2.5-coder-0.5b"]).await;
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout).trim(),
+        models.join("qwen2.5-coder-0.5b.gguf").display().to_string()
+    );
+    let out = run(&["model", "path"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("agentry model pull qwen2.5-coder-1.5b"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_model_answers_a_question_with_the_arithmetic_tool() {
+    let Some(model) = test_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = command(
+        &[
+            "run".into(),
+            "--no-mcp".into(),
+            "--model-path".into(),
+            model.display().to_string(),
+            "--workdir".into(),
+            dir.path().display().to_string(),
+            "What is 1234 multiplied by 5678?".into(),
+        ],
+        dir.path(),
+    );
+    let out = crate::common::output_within(cmd, std::time::Duration::from_secs(900)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("calc") || stderr.contains("multiply"),
+        "the arithmetic tool was called: {stderr}"
+    );
+    assert!(
+        stdout.replace([',', ' '], "").contains("7006652"),
+        "the answer has the product: {stdout}\n{stderr}"
+    );
+}
