@@ -48,6 +48,10 @@ pub struct ModelArgs {
     /// inside this process) [env: AGENTRY_PROVIDER] [default: openai]
     #[arg(long, value_name = "NAME")]
     pub provider: Option<ProviderName>,
+    /// Local model: do not constrain the tool calls it writes to the offered tools and their
+    /// schemas (to measure what the constraint brings)
+    #[arg(long)]
+    pub no_call_constraint: bool,
     /// The GGUF file of the local model (with `--provider local`) [env: AGENTRY_MODEL_PATH]
     #[arg(long, value_name = "FILE")]
     pub model_path: Option<PathBuf>,
@@ -75,6 +79,8 @@ pub enum ProviderConfig {
         /// True when nothing asked for a provider and the local model was chosen because no
         /// server is configured: the user is told, once, how to use a remote one.
         implicit: bool,
+        /// Keep the calls it writes valid (`--no-call-constraint` turns this off).
+        constrain_calls: bool,
     },
 }
 
@@ -144,7 +150,11 @@ pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<Pr
                 }
                 (None, None) => LocalModelChoice::Named(DEFAULT_LOCAL_MODEL.into()),
             };
-            Ok(ProviderConfig::Local { model, implicit })
+            Ok(ProviderConfig::Local {
+                model,
+                implicit,
+                constrain_calls: !args.no_call_constraint,
+            })
         }
     }
 }
@@ -343,6 +353,7 @@ mod tests {
             config: None,
             provider: None,
             model_path: None,
+            no_call_constraint: false,
         };
         let config = model_config(&args, &file);
         assert_eq!(config.model, "flag-model");
@@ -378,6 +389,7 @@ mod tests {
             config: None,
             provider: None,
             model_path: None,
+            no_call_constraint: false,
         }
     }
 
@@ -391,7 +403,7 @@ mod tests {
         ));
         let file: ConfigFile = serde_json::from_str(r#"{"model_path": "/m.gguf"}"#).unwrap();
         match provider_config(&no_flags(), &file).unwrap() {
-            ProviderConfig::Local { model, implicit } => {
+            ProviderConfig::Local { model, implicit, .. } => {
                 assert_eq!(model, LocalModelChoice::File("/m.gguf".into()));
                 assert!(!implicit);
             }
@@ -403,7 +415,7 @@ mod tests {
             ..no_flags()
         };
         match provider_config(&named, &server).unwrap() {
-            ProviderConfig::Local { model, implicit } => {
+            ProviderConfig::Local { model, implicit, .. } => {
                 assert_eq!(model, LocalModelChoice::Named("qwen2.5-coder-0.5b".into()));
                 assert!(!implicit, "asked for");
             }

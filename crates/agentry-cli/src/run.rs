@@ -107,8 +107,12 @@ pub(crate) async fn build_model_with_figures(
     match config {
         ProviderConfig::OpenAi(config) => Ok((Arc::new(OpenAiChatModel::new(config)?), None)),
         #[cfg(feature = "local")]
-        ProviderConfig::Local { model, implicit } => {
-            let local = load_local_model(model, implicit).await?;
+        ProviderConfig::Local {
+            model,
+            implicit,
+            constrain_calls,
+        } => {
+            let local = load_local_model(model, implicit, constrain_calls).await?;
             Ok((Arc::new(local.clone()), Some(local)))
         }
         #[cfg(not(feature = "local"))]
@@ -123,6 +127,7 @@ pub(crate) async fn build_model_with_figures(
 async fn load_local_model(
     model: crate::config::LocalModelChoice,
     implicit: bool,
+    constrain_calls: bool,
 ) -> anyhow::Result<agentry_local::LocalModel> {
     use crate::config::LocalModelChoice;
     let model_label = match &model {
@@ -147,7 +152,7 @@ async fn load_local_model(
             (path, Some(name))
         }
     };
-    let mut config = agentry_local::LocalModelConfig::default();
+    let mut config = agentry_local::LocalModelConfig::default().constrain_calls(constrain_calls);
     if let Some(name) = name {
         config = config.name(name);
     }
@@ -165,14 +170,15 @@ pub(crate) fn print_local_figures(local: &LocalFigures) {
     let t = &stats.totals;
     eprintln!(
         "local model: loaded in {:.1} s; {} generations; prompt {} tokens ({} from the cache) at {:.1} tok/s; \
-         generated {} tokens at {:.1} tok/s",
+         generated {} tokens at {:.1} tok/s ({} chosen by the call constraint)",
         stats.load_time.as_secs_f64(),
         t.calls,
         t.prompt_tokens,
         t.reused_tokens,
         t.prompt_tokens_per_second(),
         t.generated_tokens,
-        t.generation_tokens_per_second()
+        t.generation_tokens_per_second(),
+        t.corrected_tokens
     );
 }
 

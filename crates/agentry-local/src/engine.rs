@@ -9,6 +9,7 @@ use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling};
 use tokenizers::Tokenizer;
 
+use crate::constrain::{Acceptor, CallState, Shape, call_position};
 use crate::qwen2::{Qwen2, argmax};
 use crate::template::ChatTemplate;
 use crate::{LocalModelError, Sampler};
@@ -22,6 +23,8 @@ pub(crate) struct Generated {
     /// Prompt tokens whose keys and values were already cached (not run again).
     pub(crate) reused_tokens: usize,
     pub(crate) generated_tokens: usize,
+    /// Tokens the call constraint chose instead of the model's pick.
+    pub(crate) corrected_tokens: usize,
     pub(crate) end: End,
     pub(crate) prompt_time: Duration,
     pub(crate) generation_time: Duration,
@@ -44,6 +47,8 @@ pub(crate) struct Engine {
     tokenizer: Tokenizer,
     pub(crate) template: ChatTemplate,
     stop_tokens: Vec<u32>,
+    /// What the call constraint knows of the vocabulary.
+    tokens: TokenTexts,
     /// The tokens whose keys and values the cache holds, in order.
     seen: Vec<u32>,
     pub(crate) load_time: Duration,
@@ -124,6 +129,9 @@ impl Engine {
         {
             stop_tokens.push(eos);
         }
+        let mut special_tokens: Vec<u32> = tokenizer.get_added_tokens_decoder().into_keys().collect();
+        special_tokens.sort_unstable();
+        let vocabulary = tokenizer.get_vocab_size(true);
         let device = Device::Cpu;
         let model = Qwen2::load(&content, |name| content.tensor(&mut file, name, &device), &device)
             .map_err(|e| bad(format!("cannot load the weights: {e}")))?;
@@ -132,18 +140,24 @@ impl Engine {
             tokenizer,
             template,
             stop_tokens,
+            tokens: TokenTexts {
+                special: special_tokens,
+                texts: vec![None; vocabulary],
+            },
             seen: Vec::new(),
             load_time: started.elapsed(),
         })
     }
 
     /// Generates the model's turn after `prompt`. `on_text` gets the whole text so far after
-    /// each token and returns false to stop.
+    /// each token and returns false to stop. With `calls`, a tool call the model starts is kept
+    /// valid for that shape (see [`crate::constrain`]).
     pub(crate) fn generate(
         &mut self,
         prompt: &str,
         sampler: &Sampler,
         max_tokens: usize,
+        calls: Option<&Shape>,
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Result<Generated, LocalModelError> {
         let started = Instant::now();
@@ -191,6 +205,8 @@ impl Engine {
             )),
         };
         let mut generated = 0;
+        let mut corrected = 0;
+        let mut call_state = CallState::Free;
         // Decodes each token once; a character split over tokens waits for its last byte.
         let mut decoder = self.tokenizer.decode_stream(false);
         let mut text = String::new();
@@ -202,6 +218,23 @@ impl Engine {
                 None => argmax(&logits),
             }
             .map_err(|e| LocalModelError::Generation(e.to_string()))?;
+            let next = match calls {
+                Some(shape) => {
+                    let chosen = self.tokens.constrain(
+                        &self.tokenizer,
+                        next,
+                        &logits,
+                        shape,
+                        &text,
+                        &mut call_state,
+                    )?;
+                    if chosen != next {
+                        corrected += 1;
+                    }
+                    chosen
+                }
+                None => next,
+            };
             if self.stop_tokens.contains(&next) {
                 end = End::Stop;
                 break;
@@ -224,10 +257,99 @@ impl Engine {
             prompt_tokens: tokens.len(),
             reused_tokens: common,
             generated_tokens: generated,
+            corrected_tokens: corrected,
             end,
             prompt_time,
             generation_time: generating.elapsed(),
         })
+    }
+}
+
+/// The vocabulary as the call constraint sees it.
+struct TokenTexts {
+    /// Added (special) tokens, sorted: never part of a call.
+    special: Vec<u32>,
+    /// Each token's text, decoded on first use.
+    texts: Vec<Option<String>>,
+}
+
+impl TokenTexts {
+    /// The token to take instead of `proposed` so that a call being written stays valid.
+    fn constrain(
+        &mut self,
+        tokenizer: &Tokenizer,
+        proposed: u32,
+        logits: &Tensor,
+        shape: &Shape,
+        text: &str,
+        state: &mut CallState,
+    ) -> Result<u32, LocalModelError> {
+        if let CallState::Free = state {
+            match call_position(text) {
+                Some(must) => {
+                    let starts_object = self.text(tokenizer, proposed).trim_start().starts_with('{');
+                    if !must && !starts_object {
+                        return Ok(proposed);
+                    }
+                    *state = CallState::InCall(Acceptor::new(shape.clone()));
+                }
+                None => return Ok(proposed),
+            }
+        }
+        let CallState::InCall(acceptor) = state else {
+            return Ok(proposed);
+        };
+        if let Some(next) = self.accepted(tokenizer, acceptor, proposed) {
+            if next.is_complete() {
+                *state = CallState::Free;
+            } else {
+                *acceptor = next;
+            }
+            return Ok(proposed);
+        }
+        // The model's pick breaks the call: the most likely token that keeps it.
+        let scores = logits
+            .to_vec1::<f32>()
+            .map_err(|e| LocalModelError::Generation(e.to_string()))?;
+        let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+        order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
+        for candidate in order {
+            if let Some(next) = self.accepted(tokenizer, acceptor, candidate) {
+                if next.is_complete() {
+                    *state = CallState::Free;
+                } else {
+                    *acceptor = next;
+                }
+                return Ok(candidate);
+            }
+        }
+        // Nothing fits (cannot happen with a well-formed shape): let the model go on freely.
+        *state = CallState::Free;
+        Ok(proposed)
+    }
+
+    /// The acceptor after `token`, if the token keeps the call valid.
+    fn accepted(&mut self, tokenizer: &Tokenizer, acceptor: &Acceptor, token: u32) -> Option<Acceptor> {
+        if self.special.binary_search(&token).is_ok() {
+            return None;
+        }
+        let text = self.text(tokenizer, token);
+        if text.is_empty() {
+            return None;
+        }
+        let mut next = acceptor.clone();
+        next.feed_str(&text).map(|_| next)
+    }
+
+    fn text(&mut self, tokenizer: &Tokenizer, token: u32) -> String {
+        if let Some(Some(text)) = self.texts.get(token as usize) {
+            return text.clone();
+        }
+        let text = tokenizer.decode(&[token], false).unwrap_or_default();
+        if let Some(slot) = self.texts.get_mut(token as usize) {
+            *slot = Some(text.clone());
+        }
+        text
     }
 }
 
@@ -324,5 +446,178 @@ mod tests {
         let err = load_bytes(&gguf("llama"));
         assert!(matches!(err, LocalModelError::Unsupported(_)), "{err}");
         assert!(err.to_string().contains("\"llama\""), "{err}");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod constraint_tests {
+    use std::str::FromStr;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A word-level tokenizer whose tokens decode to themselves.
+    fn tokenizer() -> Tokenizer {
+        let words = [
+            "{",
+            "\"name\"",
+            ":",
+            " \"",
+            "get_time",
+            "calculate",
+            "\"",
+            ",",
+            " \"arguments\"",
+            " {",
+            "\"expression\"",
+            "\"1+1\"",
+            "}",
+            "Hello",
+            "\n",
+            "1+1",
+        ];
+        let vocab: serde_json::Map<String, serde_json::Value> = words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.to_string(), json!(i)))
+            .collect();
+        let definition = json!({
+            "version": "1.0",
+            "added_tokens": [{"id": words.len(), "content": "<|im_end|>", "single_word": false,
+                "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "Hello"},
+        });
+        Tokenizer::from_str(&definition.to_string()).unwrap()
+    }
+
+    fn id(tokenizer: &Tokenizer, word: &str) -> u32 {
+        tokenizer.token_to_id(word).unwrap()
+    }
+
+    /// Logits preferring `words` in that order.
+    fn logits(tokenizer: &Tokenizer, words: &[&str]) -> Tensor {
+        let mut scores = vec![0f32; tokenizer.get_vocab_size(true)];
+        for (rank, word) in words.iter().enumerate() {
+            scores[id(tokenizer, word) as usize] = 10.0 - rank as f32;
+        }
+        Tensor::new(scores, &Device::Cpu).unwrap()
+    }
+
+    fn texts(tokenizer: &Tokenizer) -> TokenTexts {
+        TokenTexts {
+            special: vec![id(tokenizer, "<|im_end|>")],
+            texts: vec![None; tokenizer.get_vocab_size(true)],
+        }
+    }
+
+    fn shape() -> Shape {
+        let calc = json!({"type": "object", "properties": {"expression": {"type": "string"}},
+            "required": ["expression"]});
+        Shape::call([("calculate", &calc)])
+    }
+
+    #[test]
+    fn a_tool_name_that_is_not_offered_is_replaced_by_the_likeliest_valid_token() {
+        let tokenizer = tokenizer();
+        let mut tokens = texts(&tokenizer);
+        let mut acceptor = Acceptor::new(shape());
+        acceptor.feed_str("{\"name\": \"").unwrap();
+        let mut state = CallState::InCall(acceptor);
+        let logits = logits(&tokenizer, &["get_time", "<|im_end|>", "Hello", "calculate"]);
+        let text = "<tool_call>\n{\"name\": \"";
+
+        let chosen = tokens
+            .constrain(
+                &tokenizer,
+                id(&tokenizer, "get_time"),
+                &logits,
+                &shape(),
+                text,
+                &mut state,
+            )
+            .unwrap();
+
+        assert_eq!(chosen, id(&tokenizer, "calculate"));
+        assert!(matches!(state, CallState::InCall(_)));
+    }
+
+    #[test]
+    fn the_end_of_turn_cannot_cut_a_call_short() {
+        let tokenizer = tokenizer();
+        let mut tokens = texts(&tokenizer);
+        let mut acceptor = Acceptor::new(shape());
+        acceptor
+            .feed_str("{\"name\": \"calculate\", \"arguments\": {\"expression\": \"")
+            .unwrap();
+        let mut state = CallState::InCall(acceptor);
+        let logits = logits(&tokenizer, &["<|im_end|>", "1+1"]);
+
+        let chosen = tokens
+            .constrain(
+                &tokenizer,
+                id(&tokenizer, "<|im_end|>"),
+                &logits,
+                &shape(),
+                "",
+                &mut state,
+            )
+            .unwrap();
+
+        assert_eq!(chosen, id(&tokenizer, "1+1"));
+    }
+
+    #[test]
+    fn a_valid_pick_is_kept_and_the_end_of_the_call_frees_the_model() {
+        let tokenizer = tokenizer();
+        let mut tokens = texts(&tokenizer);
+        let mut acceptor = Acceptor::new(shape());
+        acceptor
+            .feed_str("{\"name\": \"calculate\", \"arguments\": {\"expression\": \"1+1\"}")
+            .unwrap();
+        let mut state = CallState::InCall(acceptor);
+        let logits = logits(&tokenizer, &["}"]);
+
+        let chosen = tokens
+            .constrain(&tokenizer, id(&tokenizer, "}"), &logits, &shape(), "", &mut state)
+            .unwrap();
+
+        assert_eq!(chosen, id(&tokenizer, "}"));
+        assert!(matches!(state, CallState::Free), "the call is complete");
+    }
+
+    #[test]
+    fn text_is_free_and_a_call_starts_only_where_one_can() {
+        let tokenizer = tokenizer();
+        let mut tokens = texts(&tokenizer);
+        let mut state = CallState::Free;
+        let prefer_hello = logits(&tokenizer, &["Hello"]);
+        let hello = id(&tokenizer, "Hello");
+        assert_eq!(
+            tokens
+                .constrain(&tokenizer, hello, &prefer_hello, &shape(), "", &mut state)
+                .unwrap(),
+            hello
+        );
+        assert!(
+            matches!(state, CallState::Free),
+            "an answer in words is left alone"
+        );
+
+        // After the tag a call must come: a word is replaced by the start of one.
+        let prefer_hello_then_brace = logits(&tokenizer, &["Hello", "<|im_end|>", "{"]);
+        let chosen = tokens
+            .constrain(
+                &tokenizer,
+                hello,
+                &prefer_hello_then_brace,
+                &shape(),
+                "<tool_call>\n",
+                &mut state,
+            )
+            .unwrap();
+        assert_eq!(chosen, id(&tokenizer, "{"));
+        assert!(matches!(state, CallState::InCall(_)));
     }
 }

@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+mod constrain;
 mod engine;
 mod provider;
 #[cfg(feature = "pull")]

@@ -13,6 +13,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::constrain::Shape;
 use crate::engine::{End, Engine, Generated};
 use crate::{LocalModelError, Sampler};
 
@@ -32,6 +33,9 @@ pub struct LocalModelConfig {
     pub answer_hint: bool,
     /// The name reported by `model_name` (default: the file name).
     pub name: Option<String>,
+    /// Keep every tool call the model writes valid for the offered tools and their schemas,
+    /// token by token (default on; see the crate docs).
+    pub constrain_calls: bool,
 }
 
 impl Default for LocalModelConfig {
@@ -41,11 +45,18 @@ impl Default for LocalModelConfig {
             sampler: Sampler::Greedy,
             answer_hint: true,
             name: None,
+            constrain_calls: true,
         }
     }
 }
 
 impl LocalModelConfig {
+    /// Turns the call constraint on or off.
+    pub fn constrain_calls(mut self, on: bool) -> Self {
+        self.constrain_calls = on;
+        self
+    }
+
     /// Sets the longest answer in tokens.
     pub fn max_tokens(mut self, max_tokens: usize) -> Self {
         self.max_tokens = max_tokens;
@@ -104,6 +115,8 @@ pub struct LocalTotals {
     pub reused_tokens: usize,
     /// Tokens generated.
     pub generated_tokens: usize,
+    /// Generated tokens the call constraint chose instead of the model's pick.
+    pub corrected_tokens: usize,
     /// Time spent on the prompt tokens that were not cached.
     pub prompt_time: Duration,
     /// Time spent generating.
@@ -210,26 +223,34 @@ impl LocalModel {
         let (messages, tools) = self.prompt_parts(&request);
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         let id = new_id();
+        let calls = (self.config.constrain_calls && !tools.is_empty())
+            .then(|| Shape::call(tools.iter().map(|t| (t.name.as_str(), &t.parameters))));
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let outcome = engine.template.render(&messages, &tools).and_then(|prompt| {
             let mut shown = 0;
-            engine.generate(&prompt, &self.config.sampler, self.config.max_tokens, |text| {
-                let visible = if names.is_empty() {
-                    text
-                } else {
-                    visible_part(text)
-                };
-                if visible.len() > shown {
-                    shown = visible.len();
-                    let partial = ChatResponse {
-                        id: id.clone(),
-                        content: vec![ContentBlock::text(visible)],
-                        ..ChatResponse::default()
+            engine.generate(
+                &prompt,
+                &self.config.sampler,
+                self.config.max_tokens,
+                calls.as_ref(),
+                |text| {
+                    let visible = if names.is_empty() {
+                        text
+                    } else {
+                        visible_part(text)
                     };
-                    return tx.send(Ok(partial)).is_ok();
-                }
-                !tx.is_closed()
-            })
+                    if visible.len() > shown {
+                        shown = visible.len();
+                        let partial = ChatResponse {
+                            id: id.clone(),
+                            content: vec![ContentBlock::text(visible)],
+                            ..ChatResponse::default()
+                        };
+                        return tx.send(Ok(partial)).is_ok();
+                    }
+                    !tx.is_closed()
+                },
+            )
         });
         drop(engine);
         match outcome {
@@ -256,6 +277,7 @@ impl LocalModel {
         totals.prompt_tokens += generated.prompt_tokens;
         totals.reused_tokens += generated.reused_tokens;
         totals.generated_tokens += generated.generated_tokens;
+        totals.corrected_tokens += generated.corrected_tokens;
         totals.prompt_time += generated.prompt_time;
         totals.generation_time += generated.generation_time;
     }
