@@ -30,7 +30,10 @@ pub enum AgentEvent {
     ///
     /// When `last` is true, the message (an assistant message or a tool result) is in memory
     /// as shown, unless a print hook changed what is shown. States with `last == false` are
-    /// progress only and are never stored.
+    /// progress only and are never stored. With the tool shim
+    /// ([`ReActAgentBuilder::tool_shim`](super::ReActAgentBuilder::tool_shim)), a streamed state
+    /// leaves out the end of the text that is or may become a call written as text; its text is
+    /// a beginning of the final state's text.
     Message {
         /// The message as it is now.
         msg: Msg,

@@ -61,7 +61,15 @@ impl TextCallShim {
         if parsed.calls.is_empty() {
             return Vec::new();
         }
-        let mut recovered = replace_text(content, &parsed.text);
+        // The answer's leading whitespace stays, so that every state shown while it streamed
+        // (see `shown`) is a beginning of the text that remains.
+        let lead = &text[..text.len() - text.trim_start().len()];
+        let remaining = if parsed.text.is_empty() {
+            String::new()
+        } else {
+            format!("{lead}{}", parsed.text)
+        };
+        let mut recovered = replace_text(content, &remaining);
         let mut ids = Vec::with_capacity(parsed.calls.len());
         for call in parsed.calls {
             // Unique ids; the agent still checks them against the reply's other calls.
@@ -185,6 +193,22 @@ mod tests {
             let mut after = content.clone();
             assert!(shim().recover(&mut after).is_empty());
             assert_eq!(after, content);
+        }
+    }
+
+    #[test]
+    fn what_streamed_is_a_beginning_of_the_text_that_remains() {
+        let text = "\n Let me add.\n```json\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n```\n";
+        let mut content = vec![ContentBlock::text(text)];
+        assert_eq!(shim().recover(&mut content).len(), 1);
+        let remaining = join_text(&content).unwrap_or_default();
+        assert_eq!(remaining, "\n Let me add.");
+        for (at, _) in text.char_indices() {
+            let shown = join_text(&shim().shown(&[ContentBlock::text(&text[..at])])).unwrap_or_default();
+            assert!(
+                remaining.starts_with(&shown),
+                "{shown:?} is not a beginning of {remaining:?}"
+            );
         }
     }
 

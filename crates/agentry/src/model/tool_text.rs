@@ -89,9 +89,9 @@ pub fn may_start_text_call(text: &str) -> bool {
 /// names no offered tool, is text and is shown.
 ///
 /// What it returns is a prefix of the complete answer's text: of the whole text when no call
-/// turns up, and of [`ParsedText::text`] when one does (unless the answer starts with
-/// whitespace, which `ParsedText::text` trims). So a front end that shows these prefixes as the
-/// answer grows never shows a call as text, nor text that it must take back.
+/// turns up, and of [`ParsedText::text`] when one does (after the answer's leading whitespace,
+/// which `ParsedText::text` trims and this keeps). So a front end that shows these prefixes as
+/// the answer grows never shows a call as text, nor text that it must take back.
 ///
 /// ```
 /// use agentry::model::streamable_text;
