@@ -158,6 +158,8 @@ async fn tool_call_tags_and_a_bare_object_are_calls_too() {
             1,
         ),
         ("{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 1}}", 1),
+        // Qwen2.5-Coder 1.5B behind llama-server wraps a call in a second pair of braces.
+        ("{{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 1}}}", 1),
         (
             "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 1}}\n</tool_call>\n\
              <tool_call>\n{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 2, \\\"b\\\": 2}\"}\n</tool_call>",

@@ -54,7 +54,15 @@ pub fn parse_text_calls(text: &str, tools: &[&str]) -> ParsedText {
     let mut rest = text;
     while !rest.is_empty() {
         match next_call_span(rest, tools) {
-            Some(span) => {
+            Some(mut span) => {
+                // `{{"name": …}}`: a call in a second pair of braces (Qwen2.5-Coder 1.5B behind
+                // llama-server writes it) loses both, not only its own.
+                let before = rest[..span.start].trim_end();
+                let after = rest[span.end..].trim_start();
+                if before.ends_with('{') && after.starts_with('}') {
+                    span.start = before.len() - 1;
+                    span.end = rest.len() - after.len() + 1;
+                }
                 kept.push_str(&rest[..span.start]);
                 calls.extend(span.calls);
                 rest = &rest[span.end..];
@@ -179,8 +187,21 @@ fn fence_extent(text: &str, tools: &[&str]) -> Extent {
     }
 }
 
-/// As [`bare`], for an object that may not be complete yet.
+/// As [`bare`], for an object that may not be complete yet. A brace right before another one
+/// is held while the inner object may be a call, which [`parse_text_calls`] takes with it.
 fn object_extent(text: &str, tools: &[&str]) -> Extent {
+    let inner = text[1..].trim_start();
+    if inner.starts_with('{') {
+        return match json_extent(inner, tools) {
+            Extent::Pending => Extent::Pending,
+            Extent::Text(_) => Extent::Text(1),
+        };
+    }
+    json_extent(text, tools)
+}
+
+/// Whether the JSON value at the start of `text` is text (its length) or may be a call.
+fn json_extent(text: &str, tools: &[&str]) -> Extent {
     let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     match values.next() {
         Some(Ok(value)) => {
@@ -379,6 +400,18 @@ mod tests {
     }
 
     #[test]
+    fn a_call_in_double_braces_loses_both() {
+        let parsed = parse_text_calls("{{\"name\": \"add\", \"arguments\": {\"a\": 1}}}", TOOLS);
+        assert_eq!(parsed.calls.len(), 1);
+        assert_eq!(parsed.text, "");
+        let parsed = parse_text_calls("Use { {\"name\": \"add\", \"arguments\": {}} } now", TOOLS);
+        assert_eq!((parsed.calls.len(), parsed.text.as_str()), (1, "Use  now"));
+        // Only braces right around the call go.
+        let parsed = parse_text_calls("{x {\"name\": \"add\", \"arguments\": {}}.}", TOOLS);
+        assert_eq!(parsed.text, "{x .}");
+    }
+
+    #[test]
     fn two_calls_in_order() {
         let parsed = parse_text_calls(
             "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>\n\
@@ -463,6 +496,8 @@ mod tests {
             "Plain answer with `code`, {\"json\": true} and\n```python\nprint({})\n```\nbye",
             "{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}",
             "Numbers: {1, 2} and ``` inline ``` text",
+            "{{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}}",
+            "So {{\"name\": \"rm\", \"arguments\": {}}} and {{\"name\": \"add\", \"arguments\": {}}",
         ] {
             let parsed = parse_text_calls(text, TOOLS);
             let last = if parsed.calls.is_empty() {
