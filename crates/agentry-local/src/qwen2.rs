@@ -220,17 +220,23 @@ impl Layer {
             None => (k, v),
         };
         self.cache = Some((k.clone(), v.clone()));
+        // Grouped-query attention without copying the keys and values for every head: the
+        // query heads that share a key/value head are stacked as rows of one matrix.
         let repeat = shape.heads / shape.kv_heads;
-        let k = candle_transformers::utils::repeat_kv(k, repeat)?.contiguous()?;
-        let v = candle_transformers::utils::repeat_kv(v, repeat)?.contiguous()?;
+        let kv_len = k.dim(2)?;
+        let q = q.reshape((batch, shape.kv_heads, repeat * len, head_dim))?;
         let scores = (q.matmul(&k.t()?)? / (head_dim as f64).sqrt())?;
         let scores = match mask {
-            Some(mask) => scores.broadcast_add(mask)?,
+            Some(mask) => scores
+                .reshape((batch, shape.kv_heads, repeat, len, kv_len))?
+                .broadcast_add(mask)?
+                .reshape((batch, shape.kv_heads, repeat * len, kv_len))?,
             None => scores,
         };
         let weights = candle_nn::ops::softmax_last_dim(&scores)?;
         let out = weights
             .matmul(&v)?
+            .reshape((batch, shape.heads, len, head_dim))?
             .transpose(1, 2)?
             .reshape((batch, len, shape.hidden))?;
         self.o.forward(&out)
