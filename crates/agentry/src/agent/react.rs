@@ -333,7 +333,7 @@ impl<'a> ReplyCx<'a> {
     /// hold back what may be such a call.
     async fn call_model(&mut self, request: ChatRequest) -> Result<ModelOutput, AgentError> {
         let streaming = self.inner.config.model.is_streaming();
-        let shim = TextCallShim::for_request(self.inner.config.tool_shim, &request);
+        let mut shim = TextCallShim::for_request(self.inner.config.tool_shim, &request);
         tracing::debug!(
             model = self.inner.config.model.model_name(),
             messages = request.messages.len(),
@@ -362,7 +362,7 @@ impl<'a> ReplyCx<'a> {
                 self.usage.time += usage.time;
             }
             if streaming {
-                match &shim {
+                match &mut shim {
                     Some(shim) if self.wants_events() => {
                         let mut shown = msg.clone();
                         shown.content = shim.shown(&msg.content);

@@ -15,11 +15,15 @@
 
 use crate::CallId;
 use crate::message::{ContentBlock, ToolUseBlock, join_text, new_id};
-use crate::model::{ChatRequest, ToolChoice, parse_text_calls, streamable_text};
+use crate::model::{ChatRequest, ToolChoice, parse_text_calls, streamable_text_from};
 
-/// The shim for one model call: the names of the tools offered.
+/// The shim for one model call: the names of the tools offered, and how far the text streamed
+/// so far is settled.
 pub(super) struct TextCallShim {
     tools: Vec<String>,
+    /// The beginning of the streamed text that later states need not scan again (each state is
+    /// scanned from here, so a long answer costs a linear scan per state, not more).
+    settled: String,
 }
 
 impl TextCallShim {
@@ -31,6 +35,7 @@ impl TextCallShim {
         }
         Some(TextCallShim {
             tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+            settled: String::new(),
         })
     }
 
@@ -40,12 +45,20 @@ impl TextCallShim {
 
     /// What to show of a streamed state: its text up to what may be a call written as text (the
     /// text blocks become one block, as `Msg::text` joins them).
-    pub(super) fn shown(&self, content: &[ContentBlock]) -> Vec<ContentBlock> {
+    pub(super) fn shown(&mut self, content: &[ContentBlock]) -> Vec<ContentBlock> {
         let Some(text) = join_text(content) else {
             return content.to_vec();
         };
-        let shown = streamable_text(&text, &self.names());
-        replace_text(content, shown)
+        // States are cumulative; should one not begin with the last, it is scanned whole.
+        let from = if text.starts_with(&self.settled) {
+            self.settled.len()
+        } else {
+            0
+        };
+        let (shown, settled) = streamable_text_from(&text, &self.names(), from);
+        self.settled.clear();
+        self.settled.push_str(&text[..settled]);
+        replace_text(content, &text[..shown])
     }
 
     /// Turns the calls written in the text of a complete message without calls into calls, and
@@ -210,6 +223,20 @@ mod tests {
                 "{shown:?} is not a beginning of {remaining:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_growing_answer_is_shown_as_if_each_state_were_scanned_whole() {
+        let text = "Code:\n```rust\nlet v = {1};\n```\nSee {x} and {\"k\": 1}, then \
+                    {{\"name\": \"add\", \"arguments\": {\"a\": 1}}} done";
+        let mut growing = shim();
+        for (at, _) in text.char_indices() {
+            let state = [ContentBlock::text(&text[..at])];
+            assert_eq!(growing.shown(&state), shim().shown(&state), "{:?}", &text[..at]);
+        }
+        // A state that does not continue the last one is scanned whole.
+        let other = [ContentBlock::text("Other {\"name\": \"add\"")];
+        assert_eq!(growing.shown(&other), vec![ContentBlock::text("Other")]);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub use openai::{OpenAiChatModel, OpenAiConfig};
 pub use partial_json::parse_partial_object;
 #[cfg(feature = "openai")]
 pub use retry::RetryPolicy;
+pub(crate) use tool_text::streamable_text_from;
 pub use tool_text::{ParsedText, TextCall, may_start_text_call, parse_text_calls, streamable_text};
 
 use std::sync::Arc;

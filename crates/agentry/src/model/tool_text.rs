@@ -110,47 +110,96 @@ pub fn may_start_text_call(text: &str) -> bool {
 /// assert_eq!(streamable_text("<tool_c", &tools), "");
 /// ```
 pub fn streamable_text<'a>(text: &'a str, tools: &[&str]) -> &'a str {
-    let shown = text[..pending_call_start(text, tools)].trim_end();
+    shown_part(text, pending_call_start(text, tools, 0).cut)
+}
+
+/// [`streamable_text`] for a text that grows: resumes the scan at `from`, a `settled` offset
+/// that an earlier call returned for a beginning of `text`. Returns the length of what can be
+/// shown and the new settled offset.
+pub(crate) fn streamable_text_from(text: &str, tools: &[&str], from: usize) -> (usize, usize) {
+    let scan = pending_call_start(text, tools, from);
+    (shown_part(text, scan.cut).len(), scan.settled)
+}
+
+fn shown_part(text: &str, cut: usize) -> &str {
+    let shown = text[..cut].trim_end();
     if shown.trim_start().is_empty() { "" } else { shown }
+}
+
+/// Where [`pending_call_start`] stopped.
+struct Scan {
+    /// Where what may be a call starts (the text's length if nowhere).
+    cut: usize,
+    /// Up to here, what the scan found holds however the text goes on: a later scan of a longer
+    /// text may start here.
+    settled: usize,
 }
 
 /// Whether the structure at an opener is answer text of a known length, or may hold a call.
 enum Extent {
     /// Text for this many bytes (a structure without a call, or an opener that starts none).
     Text(usize),
+    /// Text to the end of what has come so far (a fence in another language, not closed yet).
+    TextSoFar,
     /// A call, or unfinished: it may still become one.
     Pending,
 }
 
-/// Where the first call, or what may still become one, starts in `text` (its length if none).
-/// Follows [`next_call_span`]'s scan, so that whatever it passes over stays text.
-fn pending_call_start(text: &str, tools: &[&str]) -> usize {
-    let mut from = 0;
+/// Where the first call, or what may still become one, starts in `text`, scanning from `from`
+/// (0, or a settled offset of a beginning of `text`). Follows [`next_call_span`]'s scan, so that
+/// whatever it passes over stays text.
+fn pending_call_start(text: &str, tools: &[&str], from: usize) -> Scan {
+    let mut from = if text.is_char_boundary(from) { from } else { 0 };
+    // Called on every streamed state: each opener is searched for once per call, not once per
+    // structure passed over.
+    let mut tag = text[from..].find(OPEN_TAG).map(|at| from + at);
+    let mut fence = text[from..].find("```").map(|at| from + at);
     while from < text.len() {
-        let rest = &text[from..];
-        let Some(next) = [rest.find(OPEN_TAG), rest.find("```"), rest.find('{')]
-            .into_iter()
-            .flatten()
-            .min()
-        else {
-            return from + partial_opener_at_end(rest);
+        // An opener passed over (inside a structure that is text) is searched for again.
+        for (found, opener) in [(&mut tag, OPEN_TAG), (&mut fence, "```")] {
+            if found.is_some_and(|at| at < from) {
+                *found = text[from..].find(opener).map(|at| from + at);
+            }
+        }
+        let brace = text[from..].find('{').map(|at| from + at);
+        let Some(next) = [tag, fence, brace].into_iter().flatten().min() else {
+            let cut = from + partial_opener_at_end(&text[from..]);
+            return Scan { cut, settled: cut };
         };
-        let candidate = &rest[next..];
-        let extent = if candidate.starts_with(OPEN_TAG) {
+        if Some(next) == tag {
             // A tag is never answer text worth showing early; if it holds no call, the
             // complete answer shows it.
-            Extent::Pending
-        } else if candidate.starts_with("```") {
+            return Scan {
+                cut: next,
+                settled: next,
+            };
+        }
+        let candidate = &text[next..];
+        let extent = if candidate.starts_with("```") {
             fence_extent(candidate, tools)
         } else {
             object_extent(candidate, tools)
         };
         match extent {
-            Extent::Text(len) => from += next + len.max(1),
-            Extent::Pending => return from + next,
+            Extent::Text(len) => from = next + len.max(1),
+            Extent::TextSoFar => {
+                return Scan {
+                    cut: text.len(),
+                    settled: next,
+                };
+            }
+            Extent::Pending => {
+                return Scan {
+                    cut: next,
+                    settled: next,
+                };
+            }
         }
     }
-    text.len()
+    Scan {
+        cut: text.len(),
+        settled: text.len(),
+    }
 }
 
 /// Where an opener cut short at the end of `text` starts (`<tool`, two backticks), or its length.
@@ -173,7 +222,7 @@ fn fence_extent(text: &str, tools: &[&str]) -> Extent {
     let close = text[body_start..].find("```");
     if !info.is_empty() && !info.eq_ignore_ascii_case("json") && !info.eq_ignore_ascii_case("tool_call") {
         // Another language: text to its end, or to the end of what has come so far.
-        return Extent::Text(close.map_or(text.len(), |at| body_start + at + 3));
+        return close.map_or(Extent::TextSoFar, |at| Extent::Text(body_start + at + 3));
     }
     match close {
         Some(at) => match serde_json::from_str::<Value>(text[body_start..body_start + at].trim())
@@ -193,8 +242,8 @@ fn object_extent(text: &str, tools: &[&str]) -> Extent {
     let inner = text[1..].trim_start();
     if inner.starts_with('{') {
         return match json_extent(inner, tools) {
-            Extent::Pending => Extent::Pending,
             Extent::Text(_) => Extent::Text(1),
+            _ => Extent::Pending,
         };
     }
     json_extent(text, tools)
@@ -474,6 +523,10 @@ mod tests {
             ("Sure.\n<tool_call>", "Sure."),
             ("Sure. <tool", "Sure."),
             ("Sure.\n```rust\nfn main() {}\n", "Sure.\n```rust\nfn main() {}"),
+            (
+                "```text\n<tool_call>\n```\nok <tool_call>",
+                "```text\n<tool_call>\n```\nok",
+            ),
             ("Set {x} first", "Set {x} first"),
             ("Got {\"temperature\": 21} and {", "Got {\"temperature\": 21} and"),
             ("```json\n{\"a\": 1}\n```\nok", "```json\n{\"a\": 1}\n```\nok"),
@@ -506,6 +559,7 @@ mod tests {
                 parsed.text.as_str()
             };
             let mut shown_before = "";
+            let mut settled = 0;
             for (at, _) in text.char_indices().chain([(text.len(), ' ')]) {
                 let shown = streamable_text(&text[..at], TOOLS);
                 assert!(
@@ -518,6 +572,9 @@ mod tests {
                     "{:?} took back text",
                     &text[..at]
                 );
+                let (len, now_settled) = streamable_text_from(&text[..at], TOOLS, settled);
+                assert_eq!(len, shown.len(), "{:?}: resumed at {settled}", &text[..at]);
+                settled = now_settled;
                 shown_before = shown;
             }
         }
