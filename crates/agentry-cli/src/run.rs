@@ -142,17 +142,19 @@ async fn load_local_model(
             model_label
         );
     }
+    let cache = agentry_local::ModelCache::from_env()?;
     let (path, name) = match model {
         LocalModelChoice::File(path) => (path, None),
         LocalModelChoice::Named(name) => {
-            let cache = agentry_local::ModelCache::from_env()?;
             let path = crate::models::pull(&cache, &name)
                 .await
                 .with_context(|| format!("the local model {name} is not available"))?;
             (path, Some(name))
         }
     };
-    let mut config = agentry_local::LocalModelConfig::default().constrain_calls(constrain_calls);
+    let mut config = agentry_local::LocalModelConfig::default()
+        .constrain_calls(constrain_calls)
+        .prefix_cache_dir(cache.root().join("prefixes"));
     if let Some(name) = name {
         config = config.name(name);
     }

@@ -10,6 +10,7 @@ use candle_transformers::generation::{LogitsProcessor, Sampling};
 use tokenizers::Tokenizer;
 
 use crate::constrain::{Acceptor, CallState, Shape, call_position};
+use crate::prefix_store::PrefixStore;
 use crate::qwen2::{Qwen2, argmax};
 use crate::template::ChatTemplate;
 use crate::{LocalModelError, Sampler};
@@ -49,6 +50,10 @@ pub(crate) struct Engine {
     stop_tokens: Vec<u32>,
     /// What the call constraint knows of the vocabulary.
     tokens: TokenTexts,
+    /// Where the system block's keys and values are saved between processes, if anywhere.
+    prefix_store: Option<PrefixStore>,
+    /// `<|im_start|>`: where a message begins.
+    message_start: Option<u32>,
     /// The tokens whose keys and values the cache holds, in order.
     seen: Vec<u32>,
     pub(crate) load_time: Duration,
@@ -135,6 +140,7 @@ impl Engine {
         let device = Device::Cpu;
         let model = Qwen2::load(&content, |name| content.tensor(&mut file, name, &device), &device)
             .map_err(|e| bad(format!("cannot load the weights: {e}")))?;
+        let message_start = tokenizer.token_to_id("<|im_start|>");
         Ok(Engine {
             model,
             tokenizer,
@@ -144,9 +150,27 @@ impl Engine {
                 special: special_tokens,
                 texts: vec![None; vocabulary],
             },
+            prefix_store: None,
+            message_start,
             seen: Vec::new(),
             load_time: started.elapsed(),
         })
+    }
+
+    /// Saves and reads the system block's keys and values in `dir` (see [`PrefixStore`]).
+    pub(crate) fn keep_prefixes_in(&mut self, dir: &Path, model: &Path) {
+        self.prefix_store = PrefixStore::new(dir, model);
+    }
+
+    /// The length of the prompt's system block (up to the second message), when there is one
+    /// long enough to be worth saving.
+    fn system_block(&self, tokens: &[u32]) -> Option<usize> {
+        let start = self.message_start?;
+        if tokens.first() != Some(&start) {
+            return None;
+        }
+        let second = tokens.iter().skip(1).position(|t| *t == start)? + 1;
+        (second >= 64).then_some(second)
     }
 
     /// Generates the model's turn after `prompt`. `on_text` gets the whole text so far after
@@ -179,15 +203,32 @@ impl Engine {
         }
         // Re-use the cached keys and values of the longest common prefix; at least the last
         // prompt token runs, for its logits.
-        let common = self
+        let mut common = self
             .seen
             .iter()
             .zip(&tokens)
             .take_while(|(a, b)| a == b)
             .count()
             .min(tokens.len() - 1);
+        // A new process: the system block may be on disk from an earlier one.
+        let block = self.system_block(&tokens).filter(|block| *block > common);
+        let mut save_block = None;
+        if let (Some(block), Some(store)) = (block, &self.prefix_store) {
+            match store.load(&tokens[..block]) {
+                Some(saved) if self.model.import_cache(&saved, block).is_ok() => {
+                    self.seen = tokens[..block].to_vec();
+                    common = block;
+                }
+                _ => save_block = Some(block),
+            }
+        }
         truncate(&mut self.model, &mut self.seen, common)?;
         let mut logits = run(&mut self.model, &mut self.seen, &tokens[common..])?;
+        if let (Some(block), Some(store)) = (save_block, &self.prefix_store)
+            && let Ok(tensors) = self.model.export_cache(block)
+        {
+            store.save(&tokens[..block], tensors);
+        }
         let prompt_time = started.elapsed();
         let generating = Instant::now();
         let mut processor = match *sampler {

@@ -33,6 +33,10 @@ pub struct LocalModelConfig {
     pub answer_hint: bool,
     /// The name reported by `model_name` (default: the file name).
     pub name: Option<String>,
+    /// Save the keys and values of the prompt's system block (system prompt and tool
+    /// descriptions) in this directory, so that the next process skips running it again
+    /// (default: nowhere).
+    pub prefix_cache_dir: Option<std::path::PathBuf>,
     /// Keep every tool call the model writes valid for the offered tools and their schemas,
     /// token by token (default on; see the crate docs).
     pub constrain_calls: bool,
@@ -46,11 +50,18 @@ impl Default for LocalModelConfig {
             answer_hint: true,
             name: None,
             constrain_calls: true,
+            prefix_cache_dir: None,
         }
     }
 }
 
 impl LocalModelConfig {
+    /// Saves the system block's keys and values in `dir` between processes.
+    pub fn prefix_cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.prefix_cache_dir = Some(dir.into());
+        self
+    }
+
     /// Turns the call constraint on or off.
     pub fn constrain_calls(mut self, on: bool) -> Self {
         self.constrain_calls = on;
@@ -169,7 +180,10 @@ impl LocalModel {
     /// Loads a GGUF file (blocking: seconds for a 1 GB model).
     pub fn load(path: impl AsRef<Path>, config: LocalModelConfig) -> Result<LocalModel, LocalModelError> {
         let path = path.as_ref();
-        let engine = Engine::load(path)?;
+        let mut engine = Engine::load(path)?;
+        if let Some(dir) = &config.prefix_cache_dir {
+            engine.keep_prefixes_in(dir, path);
+        }
         let name = config.name.clone().unwrap_or_else(|| {
             path.file_stem()
                 .map(|s| s.to_string_lossy().into_owned())

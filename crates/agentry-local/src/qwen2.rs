@@ -137,6 +137,53 @@ impl Qwen2 {
     }
 
     /// Forgets every position from `len` on.
+    /// The keys and values of the first `len` cached positions, per layer (`k0`, `v0`, ...).
+    pub(crate) fn export_cache(&self, len: usize) -> Result<Vec<(String, Tensor)>> {
+        if len == 0 || len > self.cached {
+            return Err(candle_core::Error::Msg(format!(
+                "cannot export {len} positions of a cache holding {}",
+                self.cached
+            )));
+        }
+        let mut tensors = Vec::with_capacity(self.layers.len() * 2);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let Some((k, v)) = &layer.cache else {
+                return Err(candle_core::Error::Msg("a layer has no cache".into()));
+            };
+            tensors.push((format!("k{i}"), k.narrow(2, 0, len)?.contiguous()?));
+            tensors.push((format!("v{i}"), v.narrow(2, 0, len)?.contiguous()?));
+        }
+        Ok(tensors)
+    }
+
+    /// Replaces the cache with `len` positions exported by [`Qwen2::export_cache`] from the
+    /// same model; the shapes are checked.
+    pub(crate) fn import_cache(
+        &mut self,
+        tensors: &std::collections::HashMap<String, Tensor>,
+        len: usize,
+    ) -> Result<()> {
+        let expected = [1, self.shape.kv_heads, len, self.shape.head_dim()];
+        let mut caches = Vec::with_capacity(self.layers.len());
+        for i in 0..self.layers.len() {
+            let get = |name: String| -> Result<Tensor> {
+                let t = tensors
+                    .get(&name)
+                    .ok_or_else(|| candle_core::Error::Msg(format!("{name} is missing")))?;
+                if t.dims() != expected || t.dtype() != DType::F32 {
+                    return Err(candle_core::Error::Msg(format!("{name} has the wrong shape")));
+                }
+                Ok(t.clone())
+            };
+            caches.push((get(format!("k{i}"))?, get(format!("v{i}"))?));
+        }
+        for (layer, cache) in self.layers.iter_mut().zip(caches) {
+            layer.cache = Some(cache);
+        }
+        self.cached = len;
+        Ok(())
+    }
+
     pub(crate) fn truncate(&mut self, len: usize) -> Result<()> {
         if len >= self.cached {
             return Ok(());

@@ -67,6 +67,52 @@ async fn the_next_step_reuses_the_cached_prefix() {
     assert!(stats.prompt_tokens > stats.reused_tokens);
 }
 
+/// The whole answer to `messages`.
+async fn answer(model: &LocalModel, messages: Vec<Msg>) -> String {
+    let mut stream = model.chat(ChatRequest::new(messages));
+    let mut last = None;
+    while let Some(item) = stream.next().await {
+        last = Some(item.unwrap());
+    }
+    agentry::message::join_text(&last.unwrap().content).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_reads_the_system_block_from_disk_and_answers_the_same() {
+    let Some(path) = model_file() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        LocalModelConfig::default()
+            .max_tokens(24)
+            .prefix_cache_dir(dir.path())
+    };
+    let system = format!(
+        "You are a terse assistant. {} Answer with one word.",
+        "Never explain, never apologise, never add a greeting or a closing line. ".repeat(6)
+    );
+    let messages = || vec![Msg::system(system.clone()), Msg::user("Capital of France?")];
+
+    let first = LocalModel::load(&path, config()).unwrap();
+    let first_answer = answer(&first, messages()).await;
+    assert_eq!(first.stats().reused_tokens, 0);
+    let saved = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(saved, 1, "the system block is saved");
+    drop(first);
+
+    // Another model instance, as in a new process: the system block comes from disk.
+    let second = LocalModel::load(&path, config()).unwrap();
+    let second_answer = answer(&second, messages()).await;
+    let stats = second.stats();
+    assert!(
+        stats.reused_tokens >= 64 && stats.reused_tokens < stats.prompt_tokens,
+        "{stats:?}"
+    );
+    assert_eq!(
+        second_answer, first_answer,
+        "the same keys and values, the same answer"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_calls_a_tool_and_answers_with_its_result() {
     let Some(path) = model_file() else { return };
