@@ -27,6 +27,28 @@ use tracing_subscriber::field::MakeExt;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads the local model computes with [env: AGENTRY_THREADS] [default: the CPU cores].
+    /// Fewer than the cores is faster when other programs keep some of them busy.
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+}
+
+/// Sets the local model's thread count. candle sizes its thread pool from
+/// `RAYON_NUM_THREADS` when first used, and has no other setting.
+fn set_model_threads(threads: Option<u16>) {
+    let threads = threads.map(|n| n.to_string()).or_else(|| {
+        std::env::var("AGENTRY_THREADS")
+            .ok()
+            .filter(|n| n.parse::<u16>().is_ok_and(|n| n > 0))
+    });
+    if let Some(threads) = threads {
+        // SAFETY: called first thing in `main`, before the async runtime or any other thread
+        // exists, so nothing can read the environment concurrently.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::set_var("RAYON_NUM_THREADS", threads);
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +98,7 @@ fn init_tracing() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    set_model_threads(cli.threads);
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

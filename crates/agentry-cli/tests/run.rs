@@ -157,10 +157,11 @@ async fn the_local_provider_needs_a_usable_gguf_file() {
         args.push("hello".into());
         args
     };
+    // No file named: the default model, fetched first (the test hub and registry refuse).
     let out = agentry(run(&[]), dir.path()).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("--model-path"),
+        text(&out.stderr).contains("the local model qwen2.5-coder-1.5b is not available"),
         "{}",
         text(&out.stderr)
     );

@@ -157,6 +157,11 @@ impl Engine {
         })
     }
 
+    /// Empties the cache.
+    pub(crate) fn forget(&mut self) -> Result<(), LocalModelError> {
+        truncate(&mut self.model, &mut self.seen, 0)
+    }
+
     /// Saves and reads the system block's keys and values in `dir` (see [`PrefixStore`]).
     pub(crate) fn keep_prefixes_in(&mut self, dir: &Path, model: &Path) {
         self.prefix_store = PrefixStore::new(dir, model);

@@ -201,6 +201,13 @@ impl LocalModel {
         })
     }
 
+    /// Drops the cached keys and values: the next call runs its whole prompt (for
+    /// measurements, or to give the memory back between conversations).
+    pub fn forget_cache(&self) -> Result<(), LocalModelError> {
+        let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        engine.forget()
+    }
+
     /// Figures of the last call and totals since loading.
     pub fn stats(&self) -> LocalStats {
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
