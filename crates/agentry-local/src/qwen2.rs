@@ -253,7 +253,7 @@ impl QuantizedEmbedding {
     fn new(weights: &QTensor, hidden: usize) -> Result<Self> {
         let (rows, width) = weights.shape().dims2()?;
         let dtype = weights.dtype();
-        if width != hidden || hidden % dtype.block_size() != 0 {
+        if width != hidden || !hidden.is_multiple_of(dtype.block_size()) {
             return Err(candle_core::Error::Msg(format!(
                 "the token embedding is {rows}x{width}, expected rows of {hidden} in whole blocks"
             )));
