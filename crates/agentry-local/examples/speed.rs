@@ -11,10 +11,11 @@ use agentry::model::{ChatModel, ChatRequest};
 use agentry_local::{LocalModel, LocalModelConfig};
 use futures::StreamExt;
 
-/// The request both this and the llama-server side of `bench/local-models/speed.sh` send.
+/// The request (the same one `bench/local-models/README.md` sends to llama-server).
 pub const SYSTEM: &str = "You are a helpful assistant.";
 /// The question.
-pub const USER: &str = "Write a story of about 150 words about a lighthouse keeper who finds a message in a bottle.";
+pub const USER: &str =
+    "Write a story of about 150 words about a lighthouse keeper who finds a message in a bottle.";
 
 async fn complete(model: &LocalModel, messages: Vec<Msg>) -> Result<String, Box<dyn std::error::Error>> {
     let mut stream = model.chat(ChatRequest::new(messages));
@@ -63,7 +64,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cold = Instant::now();
     complete(&model, next).await?;
     let cold_step_seconds = cold.elapsed().as_secs_f64();
-    let rate = |tokens: usize, seconds: f64| if seconds > 0.0 { tokens as f64 / seconds } else { 0.0 };
+    let rate = |tokens: usize, seconds: f64| {
+        if seconds > 0.0 {
+            tokens as f64 / seconds
+        } else {
+            0.0
+        }
+    };
     println!(
         "{}",
         serde_json::json!({
