@@ -253,6 +253,8 @@ impl Engine {
         let mut generated = 0;
         let mut corrected = 0;
         let mut call_state = CallState::Free;
+        // A call has been written whole: its closing tag or fence ends the turn.
+        let mut call_written = false;
         // Decodes each token once; a character split over tokens waits for its last byte.
         let mut decoder = self.tokenizer.decode_stream(false);
         let mut text = String::new();
@@ -266,6 +268,7 @@ impl Engine {
             .map_err(|e| LocalModelError::Generation(e.to_string()))?;
             let next = match calls {
                 Some(shape) => {
+                    let was_in_call = matches!(call_state, CallState::InCall(_));
                     let chosen = self.tokens.constrain(
                         &self.tokenizer,
                         next,
@@ -276,6 +279,9 @@ impl Engine {
                     )?;
                     if chosen != next {
                         corrected += 1;
+                    }
+                    if was_in_call && matches!(call_state, CallState::Free) {
+                        call_written = true;
                     }
                     chosen
                 }
@@ -293,6 +299,12 @@ impl Engine {
                 text.push_str(&piece);
                 if !on_text(&text) {
                     end = End::Abandoned;
+                    break;
+                }
+                // Small models go on writing after a call (another copy of it, an answer they
+                // have not got yet): the turn ends with the call's closing tag or fence.
+                if call_written && ends_a_call(&text) {
+                    end = End::Stop;
                     break;
                 }
             }
@@ -397,6 +409,12 @@ impl TokenTexts {
         }
         text
     }
+}
+
+/// Whether the text ends with what closes a call: Qwen's tag, or a code fence.
+fn ends_a_call(text: &str) -> bool {
+    let text = text.trim_end();
+    text.ends_with("</tool_call>") || text.ends_with("```")
 }
 
 /// Cuts the cache, and `seen` with it, back to `len` positions.
@@ -665,5 +683,24 @@ mod constraint_tests {
             .unwrap();
         assert_eq!(chosen, id(&tokenizer, "{"));
         assert!(matches!(state, CallState::InCall(_)));
+    }
+}
+
+#[cfg(test)]
+mod call_end_tests {
+    use super::ends_a_call;
+
+    #[test]
+    fn a_closing_tag_or_fence_ends_a_written_call() {
+        assert!(ends_a_call(
+            "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>"
+        ));
+        assert!(ends_a_call(
+            "```json\n{\"name\": \"a\", \"arguments\": {}}\n```\n"
+        ));
+        assert!(!ends_a_call(
+            "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_"
+        ));
+        assert!(!ends_a_call("{\"name\": \"a\", \"arguments\": {}}"));
     }
 }
