@@ -196,7 +196,7 @@ async fn eval_scores_each_prompt_and_sums_up_per_category() {
     assert_eq!(right["calls"].as_array().unwrap().len(), 2);
     assert_eq!(
         right["calls"][0],
-        json!({"tool": "calculate", "args": {"expression": "6*7"}, "failed": false})
+        json!({"tool": "calculate", "args": {"expression": "6*7"}, "failed": false, "from_text": false})
     );
     let wrong_arg = &records[1];
     assert_eq!(wrong_arg["calls"][0]["args"], json!({"order_id": 1043}));
@@ -212,7 +212,7 @@ async fn eval_scores_each_prompt_and_sums_up_per_category() {
     );
     assert_eq!(
         error["calls"],
-        json!([{"tool": "read_file", "args": {"path": "notes.txt"}, "failed": false}]),
+        json!([{"tool": "read_file", "args": {"path": "notes.txt"}, "failed": false, "from_text": false}]),
         "the right call, but the prompt failed: wrong all the same"
     );
     assert_eq!(error["answer"], "");
@@ -340,4 +340,38 @@ async fn a_set_naming_a_missing_tool_is_refused_before_the_model_is_asked() {
     .await;
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no prompt with id \"nope\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_written_as_text_are_recovered_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = tiny_set();
+    set["prompts"] = json!([set["prompts"][0].clone()]);
+    let set = write_set(dir.path(), &set);
+    let out_file = dir.path().join("out.jsonl");
+    let fake = FakeLlm::start().await;
+    // What small models often do: the call as JSON in the text instead of a real call.
+    fake.push(Reply::text(
+        "```json\n{\"name\": \"calculate\", \"arguments\": {\"expression\": \"6*7\"}}\n```",
+    ));
+    fake.push(Reply::text("It is 42."));
+    let out = agentry(
+        eval_args(
+            &fake.base_url(),
+            &set,
+            &["--json", "--out", &out_file.display().to_string()],
+        ),
+        dir.path(),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["total"]["ok"], 1, "{summary}");
+    assert_eq!(summary["total"]["calls"], 1, "{summary}");
+    assert_eq!(summary["total"]["text_calls"], 1, "{summary}");
+    let record: Value = serde_json::from_str(std::fs::read_to_string(&out_file).unwrap().trim()).unwrap();
+    assert_eq!(
+        record["calls"],
+        json!([{"tool": "calculate", "args": {"expression": "6*7"}, "failed": false, "from_text": true}])
+    );
 }

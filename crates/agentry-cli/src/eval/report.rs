@@ -103,6 +103,10 @@ pub struct Row {
     pub errors: usize,
     /// Identical repeated calls, summed.
     pub repeated_calls: usize,
+    /// Calls made, summed.
+    pub calls: usize,
+    /// Of those, calls the model wrote as text (recovered by the agent's tool shim).
+    pub text_calls: usize,
 }
 
 impl Row {
@@ -129,6 +133,11 @@ impl Row {
             median_seconds: median(records.iter().map(|r| r.seconds).collect()),
             errors: count(|r| r.error.is_some()),
             repeated_calls: records.iter().map(|r| r.repeated_calls).sum(),
+            calls: records.iter().map(|r| r.calls.len()).sum(),
+            text_calls: records
+                .iter()
+                .map(|r| r.calls.iter().filter(|c| c.from_text).count())
+                .sum(),
         }
     }
 }
@@ -203,8 +212,8 @@ impl Summary {
         }
         out.push_str(&line(&self.total));
         out.push_str(&format!(
-            "\nrepeated identical calls: {}\nreproduce: {}\n",
-            self.total.repeated_calls, self.command
+            "\ncalls: {} ({} written as text and recovered, {} identical repeats)\nreproduce: {}\n",
+            self.total.calls, self.total.text_calls, self.total.repeated_calls, self.command
         ));
         out
     }
@@ -272,13 +281,20 @@ mod tests {
             Some("HTTP 500".into()),
         );
         assert!(!failed.call_ok && !failed.answer_ok && !failed.ok);
-        let records = [
+        let mut records = [
             record("a", Category::Single, true, true, 1.0),
             record("b", Category::Single, true, false, 3.0),
             record("c", Category::Single, false, false, 2.0),
             record("d", Category::Typed, false, true, 4.0),
             failed,
         ];
+        let call = |from_text| CallMade {
+            tool: "calculate".into(),
+            args: serde_json::json!({"expression": "1+1"}),
+            failed: false,
+            from_text,
+        };
+        records[0].calls = vec![call(true), call(false)];
         let summary = Summary::new("m".into(), "s.json".into(), "agentry eval".into(), &records);
         let names: Vec<&str> = summary.categories.iter().map(|r| r.category.as_str()).collect();
         assert_eq!(names, ["single", "typed"]);
@@ -300,6 +316,7 @@ mod tests {
             (5, 2, 2, 1)
         );
         assert_eq!(total.repeated_calls, 4);
+        assert_eq!((total.calls, total.text_calls), (2, 1));
         let table = summary.table();
         assert!(
             table.contains("single        3   66.7%    33.3%   33.3%      2.00       0"),
@@ -309,7 +326,12 @@ mod tests {
             table.contains("total         5   40.0%    40.0%   20.0%      3.00       1"),
             "{table}"
         );
-        assert!(table.contains("reproduce: agentry eval"), "{table}");
+        assert!(
+            table.contains(
+                "calls: 2 (1 written as text and recovered, 4 identical repeats)\nreproduce: agentry eval"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Running one prompt: a fresh agent (own memory, own toolkit) over the shared model, its calls
 //! observed through the agent's events.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agentry::CallId;
 use agentry::agent::{AgentEvent, ReActAgent, StopReason};
 use agentry::message::Msg;
 use agentry::model::ChatModel;
@@ -78,17 +80,22 @@ async fn converse(setup: &Setup<'_>, prompt: &Prompt, observed: &mut Observed) -
     for turn in prompt.user_turns() {
         let mut run = agent.start_reply(Msg::user(turn));
         // The index in `observed.calls` of each call still running.
-        let mut running: Vec<(agentry::CallId, usize)> = Vec::new();
+        let mut running: Vec<(CallId, usize)> = Vec::new();
+        // Calls the model wrote as text, which the agent turned into real calls.
+        let mut recovered: HashSet<CallId> = HashSet::new();
         while let Some(event) = run.next_event().await {
             match event {
+                AgentEvent::TextCallsRecovered { call_ids, .. } => recovered.extend(call_ids),
                 AgentEvent::ToolStarted {
                     call_id, name, input, ..
                 } => {
+                    let from_text = recovered.contains(&call_id);
                     running.push((call_id, observed.calls.len()));
                     observed.calls.push(CallMade {
                         tool: name,
                         args: input,
                         failed: false,
+                        from_text,
                     });
                 }
                 AgentEvent::ToolFinished { call_id, state, .. } => {

@@ -15,6 +15,8 @@ pub struct CallMade {
     pub args: Value,
     /// Whether the model got an error back (unknown tool, invalid arguments, the tool's error).
     pub failed: bool,
+    /// Whether the model wrote the call as text, and the agent recovered it (the tool shim).
+    pub from_text: bool,
 }
 
 /// How the calls of one prompt compare with the expected ones.
@@ -233,6 +235,7 @@ mod tests {
             tool: tool.into(),
             args,
             failed: false,
+            from_text: false,
         }
     }
 
