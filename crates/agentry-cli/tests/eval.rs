@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use agentry_testkit::{Call, FakeLlm, Reply};
 use serde_json::{Value, json};
 
+use crate::common::program::Program;
 use crate::common::{agentry, text};
 
 /// Six prompts: right; a wrong argument; a call where none is wanted; a model error; a right
@@ -373,5 +374,56 @@ async fn calls_written_as_text_are_recovered_and_counted() {
     assert_eq!(
         record["calls"],
         json!([{"tool": "calculate", "args": {"expression": "6*7"}, "failed": false, "from_text": true}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_the_run_sums_up_the_prompts_done_and_removes_the_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = tiny_set();
+    set["prompts"] = json!([
+        set["prompts"][2].clone(),
+        set["prompts"][0].clone(),
+        set["prompts"][1].clone()
+    ]);
+    let set = write_set(dir.path(), &set);
+    let out_file = dir.path().join("out.jsonl");
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Paris."));
+    // The second prompt's answer never ends.
+    fake.push(Reply::text("Let me think").hang_after(1));
+    let program = Program::start(
+        &eval_args(
+            &fake.base_url(),
+            &set,
+            &["--json", "--out", &out_file.display().to_string()],
+        ),
+        dir.path(),
+    );
+    program.stderr_has("[1/3] needless-call").await;
+    fake.wait_for_requests(2).await;
+    program.interrupt();
+    let (status, stdout, stderr) = program.finish().await;
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted: the summary covers the 1 of 3 prompts done"),
+        "{stderr}"
+    );
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["selected"], 3, "{summary}");
+    assert_eq!(summary["total"]["n"], 1, "{summary}");
+    assert_eq!(summary["total"]["ok"], 1, "{summary}");
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap().lines().count(), 1);
+    let system = fake.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let workdir = system
+        .strip_prefix("You are a test agent working in ")
+        .and_then(|rest| rest.strip_suffix('.'))
+        .unwrap();
+    assert!(
+        workdir.contains("agentry-eval-") && !Path::new(workdir).exists(),
+        "the fixture {workdir} is left behind"
     );
 }

@@ -19,8 +19,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
 use crate::config::{ModelArgs, load_config_file, parse_duration, provider_config};
+use crate::run::EXIT_INTERRUPTED;
 use crate::sanitize;
+use crate::session::received;
 use report::{Record, Summary, command_line};
 use runner::{Setup, run_prompt};
 use score::{Today, answer_ok, score_calls};
@@ -67,12 +71,21 @@ pub struct EvalArgs {
 
 pub async fn eval(args: EvalArgs) -> ExitCode {
     match evaluate(&args).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Finished::All) => ExitCode::SUCCESS,
+        Ok(Finished::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => {
             eprintln!("error: {}", sanitize::multiline(&format!("{e:#}")));
             ExitCode::from(EXIT_CONFIG)
         }
     }
+}
+
+/// How a run ended.
+enum Finished {
+    /// Every selected prompt ran.
+    All,
+    /// Ctrl-C or SIGTERM stopped it; the summary covers the prompts done before.
+    Interrupted,
 }
 
 /// The prompts the flags select, in the set's order.
@@ -94,7 +107,10 @@ fn select<'a>(set: &'a EvalSet, args: &EvalArgs) -> anyhow::Result<Vec<&'a Promp
     Ok(selected)
 }
 
-async fn evaluate(args: &EvalArgs) -> anyhow::Result<()> {
+async fn evaluate(args: &EvalArgs) -> anyhow::Result<Finished> {
+    // From the start, so that an interrupted run still removes its fixture and sums up.
+    let mut interrupt = listen(SignalKind::interrupt());
+    let mut terminate = listen(SignalKind::terminate());
     let set = EvalSet::load(&args.set)?;
     let fixture = Fixture::create(&set.fixture)?;
     let tool_names = eval_toolkit(fixture.path())?.tool_names();
@@ -127,8 +143,20 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<()> {
     };
     let today = Today::now();
     let mut records = Vec::with_capacity(prompts.len());
+    let mut finished = Finished::All;
     for (index, prompt) in prompts.iter().enumerate() {
-        let observed = run_prompt(&setup, prompt).await;
+        // Dropping the prompt's future cancels its reply.
+        let observed = tokio::select! {
+            observed = run_prompt(&setup, prompt) => observed,
+            () = received(&mut interrupt) => {
+                finished = Finished::Interrupted;
+                break;
+            }
+            () = received(&mut terminate) => {
+                finished = Finished::Interrupted;
+                break;
+            }
+        };
         let calls_score = score_calls(&prompt.calls, prompt.allow_extra, &observed.calls);
         let answered = answer_ok(&prompt.answer, observed.final_answer(), &today);
         let record = Record::new(
@@ -154,7 +182,20 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<()> {
     }
 
     let command = command_line(std::iter::once("agentry".to_owned()).chain(std::env::args().skip(1)));
-    let summary = Summary::new(model_name, args.set.display().to_string(), command, &records);
+    if matches!(finished, Finished::Interrupted) {
+        eprintln!(
+            "interrupted: the summary covers the {} of {} prompts done",
+            records.len(),
+            prompts.len()
+        );
+    }
+    let summary = Summary::new(
+        model_name,
+        args.set.display().to_string(),
+        command,
+        prompts.len(),
+        &records,
+    );
     let mut stdout = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut stdout, &summary)?;
@@ -163,7 +204,13 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<()> {
         write!(stdout, "{}", sanitize::multiline(&summary.table()))?;
     }
     stdout.flush()?;
-    Ok(())
+    Ok(finished)
+}
+
+fn listen(kind: SignalKind) -> Option<Signal> {
+    signal(kind)
+        .inspect_err(|e| tracing::warn!(error = %e, "cannot handle a signal: it will stop the run at once"))
+        .ok()
 }
 
 /// One line on stderr per prompt; for a wrong one, what the model did.

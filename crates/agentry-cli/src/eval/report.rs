@@ -160,6 +160,8 @@ pub struct Summary {
     pub model: String,
     /// The set file.
     pub set: String,
+    /// The prompts selected; fewer ran when the run was interrupted.
+    pub selected: usize,
     /// One row per category that had prompts, in the report's order.
     pub categories: Vec<Row>,
     /// All prompts.
@@ -170,7 +172,7 @@ pub struct Summary {
 
 impl Summary {
     /// Sums up `records`.
-    pub fn new(model: String, set: String, command: String, records: &[Record]) -> Summary {
+    pub fn new(model: String, set: String, command: String, selected: usize, records: &[Record]) -> Summary {
         let categories = Category::ALL
             .iter()
             .filter_map(|category| {
@@ -182,6 +184,7 @@ impl Summary {
         Summary {
             model,
             set,
+            selected,
             categories,
             total: Row::of("total", &all),
             command,
@@ -190,7 +193,14 @@ impl Summary {
 
     /// The table printed at the end of a run.
     pub fn table(&self) -> String {
-        let mut out = format!("model: {}\nset: {}\n\n", self.model, self.set);
+        let mut out = format!("model: {}\nset: {}\n", self.model, self.set);
+        if self.total.n < self.selected {
+            out.push_str(&format!(
+                "interrupted: {} of the {} prompts selected ran\n",
+                self.total.n, self.selected
+            ));
+        }
+        out.push('\n');
         out.push_str(&format!(
             "{:<10} {:>4} {:>7} {:>8} {:>7} {:>9} {:>7}\n",
             "category", "n", "calls", "answers", "both", "median s", "errors"
@@ -295,7 +305,7 @@ mod tests {
             from_text,
         };
         records[0].calls = vec![call(true), call(false)];
-        let summary = Summary::new("m".into(), "s.json".into(), "agentry eval".into(), &records);
+        let summary = Summary::new("m".into(), "s.json".into(), "agentry eval".into(), 5, &records);
         let names: Vec<&str> = summary.categories.iter().map(|r| r.category.as_str()).collect();
         assert_eq!(names, ["single", "typed"]);
         let single = &summary.categories[0];
@@ -318,6 +328,12 @@ mod tests {
         assert_eq!(total.repeated_calls, 4);
         assert_eq!((total.calls, total.text_calls), (2, 1));
         let table = summary.table();
+        assert!(table.starts_with("model: m\nset: s.json\n\ncategory"), "{table}");
+        let cut = Summary::new("m".into(), "s.json".into(), "agentry eval".into(), 9, &records).table();
+        assert!(
+            cut.contains("interrupted: 5 of the 9 prompts selected ran\n"),
+            "{cut}"
+        );
         assert!(
             table.contains("single        3   66.7%    33.3%   33.3%      2.00       0"),
             "{table}"
