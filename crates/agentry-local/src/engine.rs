@@ -358,11 +358,7 @@ impl TokenTexts {
             return Ok(proposed);
         };
         if let Some(next) = self.accepted(tokenizer, acceptor, proposed) {
-            if next.is_complete() {
-                *state = CallState::Free;
-            } else {
-                *acceptor = next;
-            }
+            *state = CallState::after(next);
             return Ok(proposed);
         }
         // The model's pick breaks the call: the most likely token that keeps it.
@@ -373,11 +369,7 @@ impl TokenTexts {
         order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
         for candidate in order {
             if let Some(next) = self.accepted(tokenizer, acceptor, candidate) {
-                if next.is_complete() {
-                    *state = CallState::Free;
-                } else {
-                    *acceptor = next;
-                }
+                *state = CallState::after(next);
                 return Ok(candidate);
             }
         }

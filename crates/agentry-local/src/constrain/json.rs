@@ -181,6 +181,37 @@ enum Frame {
     },
 }
 
+impl Frame {
+    /// An object just opened.
+    fn object(kind: ObjectKind) -> Frame {
+        Frame::Object {
+            kind,
+            used: Vec::new(),
+            phase: ObjectPhase::First,
+            pending: None,
+        }
+    }
+
+    /// An array just opened.
+    fn array(item: Shape) -> Frame {
+        Frame::Array {
+            item,
+            after_item: false,
+            empty: true,
+        }
+    }
+
+    /// A string just opened.
+    fn string(choices: Option<Arc<Vec<String>>>, role: StringRole) -> Frame {
+        Frame::Str {
+            text: String::new(),
+            escape: 0,
+            choices,
+            role,
+        }
+    }
+}
+
 /// Whether text can still become a value of the shape it was made for.
 #[derive(Debug, Clone)]
 pub(crate) struct Acceptor {
@@ -301,49 +332,16 @@ impl Acceptor {
 
     fn start_value(&mut self, shape: Shape, c: char) -> bool {
         let frame = match (&shape, c) {
-            (Shape::Object(object), '{') => Frame::Object {
-                kind: ObjectKind::Shaped(object.clone()),
-                used: Vec::new(),
-                phase: ObjectPhase::First,
-                pending: None,
-            },
-            (Shape::Call(tools), '{') => Frame::Object {
-                kind: ObjectKind::Call {
-                    tools: tools.clone(),
-                    name: None,
-                },
-                used: Vec::new(),
-                phase: ObjectPhase::First,
-                pending: None,
-            },
-            (Shape::Any, '{') => Frame::Object {
-                kind: ObjectKind::Any,
-                used: Vec::new(),
-                phase: ObjectPhase::First,
-                pending: None,
-            },
-            (Shape::Array(item), '[') => Frame::Array {
-                item: (**item).clone(),
-                after_item: false,
-                empty: true,
-            },
-            (Shape::Any, '[') => Frame::Array {
-                item: Shape::Any,
-                after_item: false,
-                empty: true,
-            },
-            (Shape::String(choices), '"') => Frame::Str {
-                text: String::new(),
-                escape: 0,
-                choices: choices.clone(),
-                role: StringRole::Value,
-            },
-            (Shape::Any, '"') => Frame::Str {
-                text: String::new(),
-                escape: 0,
-                choices: None,
-                role: StringRole::Value,
-            },
+            (Shape::Object(object), '{') => Frame::object(ObjectKind::Shaped(object.clone())),
+            (Shape::Call(tools), '{') => Frame::object(ObjectKind::Call {
+                tools: tools.clone(),
+                name: None,
+            }),
+            (Shape::Any, '{') => Frame::object(ObjectKind::Any),
+            (Shape::Array(item), '[') => Frame::array((**item).clone()),
+            (Shape::Any, '[') => Frame::array(Shape::Any),
+            (Shape::String(choices), '"') => Frame::string(choices.clone(), StringRole::Value),
+            (Shape::Any, '"') => Frame::string(None, StringRole::Value),
             (Shape::Number { integer }, c) if c == '-' || c.is_ascii_digit() => Frame::Number {
                 text: c.to_string(),
                 integer: *integer,
@@ -474,12 +472,8 @@ impl Acceptor {
                 if matches!(&choices, Some(keys) if keys.is_empty()) {
                     return false;
                 }
-                self.stack.push(Frame::Str {
-                    text: String::new(),
-                    escape: 0,
-                    choices: choices.map(Arc::new),
-                    role: StringRole::Key,
-                });
+                self.stack
+                    .push(Frame::string(choices.map(Arc::new), StringRole::Key));
                 true
             }
             ObjectPhase::Colon(key) => {

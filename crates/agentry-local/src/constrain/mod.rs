@@ -17,6 +17,17 @@ pub(crate) enum CallState {
     InCall(Acceptor),
 }
 
+impl CallState {
+    /// The state once the acceptor has taken a token: free again when the call is complete.
+    pub(crate) fn after(acceptor: Acceptor) -> CallState {
+        if acceptor.is_complete() {
+            CallState::Free
+        } else {
+            CallState::InCall(acceptor)
+        }
+    }
+}
+
 /// Whether the text so far ends where a call may begin, and whether a call must begin there
 /// (after the `<tool_call>` tag) or only may (the answer's start, a fenced block).
 pub(crate) fn call_position(text: &str) -> Option<bool> {
