@@ -69,6 +69,8 @@ pub enum ProviderName {
 
 /// The model to build, from flags, environment and file.
 #[derive(Debug, Clone)]
+// Without the local provider its settings are parsed, then refused when the model is built.
+#[cfg_attr(not(feature = "local"), allow(dead_code))]
 pub enum ProviderConfig {
     /// An OpenAI-compatible server.
     OpenAi(OpenAiConfig),
@@ -94,6 +96,10 @@ pub enum LocalModelChoice {
 }
 
 /// The model used by the local provider when none is named.
+#[cfg(feature = "local")]
+pub const DEFAULT_LOCAL_MODEL: &str = agentry_local::DEFAULT_MODEL;
+/// The model the local provider would use (it is not built in: naming it is an error later).
+#[cfg(not(feature = "local"))]
 pub const DEFAULT_LOCAL_MODEL: &str = "qwen2.5-coder-1.5b";
 
 /// Which provider the flags, the environment and the file ask for. With none asked for, the
@@ -165,8 +171,10 @@ fn known_local_model(name: &str) -> bool {
 }
 
 #[cfg(not(feature = "local"))]
-fn known_local_model(name: &str) -> bool {
-    name == DEFAULT_LOCAL_MODEL || name == "qwen2.5-coder-0.5b"
+fn known_local_model(_: &str) -> bool {
+    // Without the catalog any name passes here; building the model then says the local
+    // provider is not built in.
+    true
 }
 
 /// The config file: every field optional.
