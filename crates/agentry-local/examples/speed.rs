@@ -1,5 +1,6 @@
 //! Speed of the embedded model on one chat request, the figures llama-server reports in its
-//! `timings`: `cargo run --release -p agentry-local --example speed -- MODEL.gguf [TOKENS]`.
+//! `timings`: `cargo run --release -p agentry-local --example speed -- MODEL.gguf [TOKENS] [PROMPT_FILE]`.
+//! PROMPT_FILE replaces the question (to measure prompt processing on a long prompt).
 //! Prints one JSON line: load seconds, prompt tokens and tok/s, generated tokens and tok/s,
 //! the seconds of a second request that reuses the cached prefix, and peak RSS.
 #![allow(clippy::print_stdout)]
@@ -45,10 +46,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: speed MODEL.gguf [MAX_TOKENS]")?;
     let max_tokens: usize = args.next().map(|n| n.parse()).transpose()?.unwrap_or(128);
+    let question = match args.next() {
+        Some(file) => std::fs::read_to_string(file)?,
+        None => USER.to_owned(),
+    };
     let started = Instant::now();
     let model = LocalModel::load(&path, LocalModelConfig::default().max_tokens(max_tokens))?;
     let load = started.elapsed().as_secs_f64();
-    let messages = vec![Msg::system(SYSTEM), Msg::user(USER)];
+    let messages = vec![Msg::system(SYSTEM), Msg::user(question)];
     let answer = complete(&model, messages.clone()).await?;
     let first = model.stats();
     // A second step of the same conversation: only the new tokens run.
