@@ -158,8 +158,8 @@ impl Qwen2 {
     ) -> Result<Self> {
         if shape.heads == 0
             || shape.kv_heads == 0
-            || shape.hidden % shape.heads != 0
-            || shape.heads % shape.kv_heads != 0
+            || !shape.hidden.is_multiple_of(shape.heads)
+            || !shape.heads.is_multiple_of(shape.kv_heads)
         {
             return Err(candle_core::Error::Msg(format!(
                 "the GGUF's attention shape is inconsistent: {} heads, {} key/value heads, width {}",
