@@ -22,6 +22,7 @@
 
 mod constrain;
 mod engine;
+mod linear;
 mod prefix_store;
 mod provider;
 #[cfg(feature = "pull")]

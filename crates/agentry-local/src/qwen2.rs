@@ -2,7 +2,9 @@
 //! to any prefix: the next step of a reply re-uses what the previous one computed and only
 //! runs the new tokens.
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor, ggml_file, gguf_file};
+use candle_core::quantized::{GgmlDType, QTensor, ggml_file, gguf_file};
+
+use crate::linear::QuantLinear;
 use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
 
@@ -44,17 +46,17 @@ impl Shape {
 
 struct Layer {
     attn_norm: RmsNorm,
-    q: QMatMul,
+    q: QuantLinear,
     q_bias: Tensor,
-    k: QMatMul,
+    k: QuantLinear,
     k_bias: Tensor,
-    v: QMatMul,
+    v: QuantLinear,
     v_bias: Tensor,
-    o: QMatMul,
+    o: QuantLinear,
     ffn_norm: RmsNorm,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: QuantLinear,
+    up: QuantLinear,
+    down: QuantLinear,
     /// Keys and values of the tokens seen so far.
     cache: KvBuffer,
 }
@@ -130,7 +132,7 @@ pub(crate) struct Qwen2 {
     embedding: QuantizedEmbedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    output: QMatMul,
+    output: QuantLinear,
     cos: Tensor,
     sin: Tensor,
     /// How many positions the cache holds.
@@ -170,8 +172,8 @@ impl Qwen2 {
         let embedding = QuantizedEmbedding::new(&embedding_weights, shape.hidden)?;
         // Small Qwen2 models tie the output projection to the embedding.
         let output = match tied_output {
-            false => QMatMul::from_qtensor(read("output.weight")?)?,
-            true => QMatMul::from_qtensor(embedding_weights)?,
+            false => QuantLinear::new(read("output.weight")?)?,
+            true => QuantLinear::new(embedding_weights)?,
         };
         let norm = RmsNorm::from_qtensor(read("output_norm.weight")?, shape.rms_eps)?;
         let mut layers = Vec::with_capacity(shape.layers);
@@ -179,17 +181,17 @@ impl Qwen2 {
             let mut weight = |name: &str| read(&format!("blk.{i}.{name}"));
             layers.push(Layer {
                 attn_norm: RmsNorm::from_qtensor(weight("attn_norm.weight")?, shape.rms_eps)?,
-                q: QMatMul::from_qtensor(weight("attn_q.weight")?)?,
+                q: QuantLinear::new(weight("attn_q.weight")?)?,
                 q_bias: weight("attn_q.bias")?.dequantize(device)?,
-                k: QMatMul::from_qtensor(weight("attn_k.weight")?)?,
+                k: QuantLinear::new(weight("attn_k.weight")?)?,
                 k_bias: weight("attn_k.bias")?.dequantize(device)?,
-                v: QMatMul::from_qtensor(weight("attn_v.weight")?)?,
+                v: QuantLinear::new(weight("attn_v.weight")?)?,
                 v_bias: weight("attn_v.bias")?.dequantize(device)?,
-                o: QMatMul::from_qtensor(weight("attn_output.weight")?)?,
+                o: QuantLinear::new(weight("attn_output.weight")?)?,
                 ffn_norm: RmsNorm::from_qtensor(weight("ffn_norm.weight")?, shape.rms_eps)?,
-                gate: QMatMul::from_qtensor(weight("ffn_gate.weight")?)?,
-                up: QMatMul::from_qtensor(weight("ffn_up.weight")?)?,
-                down: QMatMul::from_qtensor(weight("ffn_down.weight")?)?,
+                gate: QuantLinear::new(weight("ffn_gate.weight")?)?,
+                up: QuantLinear::new(weight("ffn_up.weight")?)?,
+                down: QuantLinear::new(weight("ffn_down.weight")?)?,
                 cache: KvBuffer::default(),
             });
         }
