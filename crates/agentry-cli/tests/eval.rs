@@ -378,6 +378,40 @@ async fn calls_written_as_text_are_recovered_and_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_tool_shim_a_call_written_as_text_stays_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = tiny_set();
+    set["prompts"] = json!([set["prompts"][0].clone()]);
+    let set = write_set(dir.path(), &set);
+    let out_file = dir.path().join("out.jsonl");
+    let fake = FakeLlm::start().await;
+    let written = "```json\n{\"name\": \"calculate\", \"arguments\": {\"expression\": \"6*7\"}}\n```";
+    fake.push(Reply::text(written));
+    let out = agentry(
+        eval_args(
+            &fake.base_url(),
+            &set,
+            &[
+                "--json",
+                "--no-tool-shim",
+                "--out",
+                &out_file.display().to_string(),
+            ],
+        ),
+        dir.path(),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["total"]["calls"], 0, "{summary}");
+    assert_eq!(summary["total"]["ok"], 0, "{summary}");
+    let record: Value = serde_json::from_str(std::fs::read_to_string(&out_file).unwrap().trim()).unwrap();
+    assert_eq!(record["calls"], json!([]));
+    assert_eq!(record["answer"], written);
+    assert_eq!(fake.requests().len(), 1, "one request: the text was the answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_the_run_sums_up_the_prompts_done_and_removes_the_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let mut set = tiny_set();

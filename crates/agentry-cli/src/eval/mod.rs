@@ -140,6 +140,7 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Finished> {
         workdir: &workdir,
         max_iters: args.max_iters,
         timeout: args.timeout,
+        tool_shim: crate::config::tool_shim(&args.model, &file),
     };
     let today = Today::now();
     let mut records = Vec::with_capacity(prompts.len());

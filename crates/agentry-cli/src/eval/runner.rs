@@ -49,6 +49,8 @@ pub struct Setup<'a> {
     pub max_iters: usize,
     /// Longest time for the whole conversation.
     pub timeout: Duration,
+    /// Whether calls the model writes as text are recovered (`--no-tool-shim` turns it off).
+    pub tool_shim: bool,
 }
 
 /// Runs `prompt`'s turns in one conversation with a fresh agent. Never fails: what goes wrong
@@ -76,6 +78,7 @@ async fn converse(setup: &Setup<'_>, prompt: &Prompt, observed: &mut Observed) -
         .model(Arc::clone(&setup.model))
         .toolkit(eval_toolkit(setup.workdir)?)
         .max_iters(setup.max_iters)
+        .tool_shim(setup.tool_shim)
         .build()?;
     for turn in prompt.user_turns() {
         let mut run = agent.start_reply(Msg::user(turn));
