@@ -253,7 +253,9 @@ impl Engine {
         let mut generated = 0;
         let mut corrected = 0;
         let mut call_state = CallState::Free;
-        // A call has been written whole: its closing tag or fence ends the turn.
+        // Where the text stood when a call had been written whole: what follows may only
+        // close it (Qwen's tag, a fence), and that ends the turn.
+        let mut call_end: Option<usize> = None;
         let mut call_written = false;
         // Decodes each token once; a character split over tokens waits for its last byte.
         let mut decoder = self.tokenizer.decode_stream(false);
@@ -296,16 +298,29 @@ impl Engine {
                 .step(next)
                 .map_err(|e| LocalModelError::Generation(format!("cannot decode: {e}")))?;
             if let Some(piece) = piece {
+                // Small models go on writing after a call (another copy of it, another call
+                // with arguments nobody constrains, an answer they have not got yet): only
+                // the call's closing tag or fence may follow it, and it ends the turn.
+                let after = call_end.map(|at| {
+                    let mut tail = text.get(at..).unwrap_or_default().to_owned();
+                    tail.push_str(&piece);
+                    after_call(&tail)
+                });
+                if after == Some(AfterCall::Stray) {
+                    end = End::Stop;
+                    break;
+                }
                 text.push_str(&piece);
                 if !on_text(&text) {
                     end = End::Abandoned;
                     break;
                 }
-                // Small models go on writing after a call (another copy of it, an answer they
-                // have not got yet): the turn ends with the call's closing tag or fence.
-                if call_written && ends_a_call(&text) {
+                if after == Some(AfterCall::Closed) {
                     end = End::Stop;
                     break;
+                }
+                if call_written && call_end.is_none() {
+                    call_end = Some(text.len());
                 }
             }
             logits = run(&mut self.model, &mut self.seen, &[next])?;
@@ -403,10 +418,31 @@ impl TokenTexts {
     }
 }
 
-/// Whether the text ends with what closes a call: Qwen's tag, or a code fence.
-fn ends_a_call(text: &str) -> bool {
-    let text = text.trim_end();
-    text.ends_with("</tool_call>") || text.ends_with("```")
+/// What the text after a complete call means for the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterCall {
+    /// Nothing yet but blank space or the start of a closing tag or fence.
+    Open,
+    /// The call's closing tag or fence: the turn ends after it.
+    Closed,
+    /// Anything else: the turn ends before it.
+    Stray,
+}
+
+fn after_call(tail: &str) -> AfterCall {
+    let rest = tail.trim_start();
+    if rest.is_empty() {
+        return AfterCall::Open;
+    }
+    for closing in ["</tool_call>", "```"] {
+        if rest.starts_with(closing) {
+            return AfterCall::Closed;
+        }
+        if closing.starts_with(rest) {
+            return AfterCall::Open;
+        }
+    }
+    AfterCall::Stray
 }
 
 /// Cuts the cache, and `seen` with it, back to `len` positions.
@@ -680,19 +716,17 @@ mod constraint_tests {
 
 #[cfg(test)]
 mod call_end_tests {
-    use super::ends_a_call;
+    use super::{AfterCall, after_call};
 
     #[test]
-    fn a_closing_tag_or_fence_ends_a_written_call() {
-        assert!(ends_a_call(
-            "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>"
-        ));
-        assert!(ends_a_call(
-            "```json\n{\"name\": \"a\", \"arguments\": {}}\n```\n"
-        ));
-        assert!(!ends_a_call(
-            "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_"
-        ));
-        assert!(!ends_a_call("{\"name\": \"a\", \"arguments\": {}}"));
+    fn only_a_closing_tag_or_fence_may_follow_a_written_call() {
+        assert_eq!(after_call("\n</tool_call>"), AfterCall::Closed);
+        assert_eq!(after_call("\n```\n"), AfterCall::Closed);
+        assert_eq!(after_call("\n</tool_"), AfterCall::Open);
+        assert_eq!(after_call("\n``"), AfterCall::Open);
+        assert_eq!(after_call(" \n"), AfterCall::Open);
+        // Another call, or words, after a call.
+        assert_eq!(after_call("\n{\"name\""), AfterCall::Stray);
+        assert_eq!(after_call("\nThe answer is"), AfterCall::Stray);
     }
 }
