@@ -1,0 +1,186 @@
+//! [`SessionMemory`]: an agent's [`Memory`] kept in one session of a [`SessionStore`].
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use agentry::memory::{Memory, MemoryError};
+use agentry::message::Msg;
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::{Lease, Recovery, SessionId, SessionInfo, SessionStore, StoreError};
+
+/// The messages as committed, in order, for reads without a round trip to the store.
+#[derive(Debug, Default)]
+struct Mirror {
+    msgs: Vec<Msg>,
+    ids: HashSet<String>,
+}
+
+impl Mirror {
+    fn new(msgs: Vec<Msg>) -> Self {
+        let ids = msgs.iter().map(|m| m.id.clone()).collect();
+        Mirror { msgs, ids }
+    }
+
+    /// The messages of `msgs` that are not stored yet, each once.
+    fn fresh(&self, msgs: Vec<Msg>) -> Vec<Msg> {
+        let mut seen = HashSet::new();
+        msgs.into_iter()
+            .filter(|m| !self.ids.contains(&m.id) && seen.insert(m.id.clone()))
+            .collect()
+    }
+}
+
+/// An agent's memory in one session of a durable store, so the agent loop does not care which
+/// store it has.
+///
+/// **Write-ahead**: every change is committed to the store before the method returns, so
+/// whoever the agent tells about a message afterwards (an event, the next model request) sees
+/// what a restart would load. Reads come from a copy of what was committed: this memory holds
+/// the session's [`Lease`], so nobody else writes the session while it lives.
+///
+/// Opening it runs recovery (spec Y4): calls left unfinished by a process that stopped are
+/// closed as interrupted before the agent sees the conversation.
+pub struct SessionMemory {
+    store: Arc<dyn SessionStore>,
+    lease: Lease,
+    info: SessionInfo,
+    recovery: Recovery,
+    // Held across the store write, so the store and the copy see changes in the same order.
+    mirror: tokio::sync::Mutex<Mirror>,
+}
+
+impl std::fmt::Debug for SessionMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionMemory")
+            .field("session", &self.info.name)
+            .field("id", &self.info.id)
+            .finish()
+    }
+}
+
+impl SessionMemory {
+    /// Opens the session `id` for writing: takes its lease (refused with
+    /// [`StoreError::SessionBusy`] if another writer has it), recovers it, loads its messages.
+    pub async fn open(store: Arc<dyn SessionStore>, id: &SessionId) -> Result<Self, StoreError> {
+        let lease = store.acquire(id).await?;
+        let recovered = store.recover(&lease).await?;
+        let info = store
+            .session(id)
+            .await?
+            .ok_or_else(|| StoreError::SessionNotFound(id.to_string()))?;
+        Ok(SessionMemory {
+            store,
+            lease,
+            info,
+            recovery: recovered.report,
+            mirror: tokio::sync::Mutex::new(Mirror::new(recovered.messages)),
+        })
+    }
+
+    /// Opens the session named `name`, creating it with `config` when there is none.
+    pub async fn open_or_create(
+        store: Arc<dyn SessionStore>,
+        name: &str,
+        config: &Value,
+    ) -> Result<Self, StoreError> {
+        let info = match store.session_named(name).await? {
+            Some(info) => info,
+            None => match store.create_session(name, config).await {
+                Ok(info) => info,
+                // Created by someone else in between: open theirs.
+                Err(StoreError::NameTaken(_)) => store
+                    .session_named(name)
+                    .await?
+                    .ok_or_else(|| StoreError::SessionNotFound(name.to_owned()))?,
+                Err(e) => return Err(e),
+            },
+        };
+        Self::open(store, &info.id).await
+    }
+
+    /// The session, as it was when opened.
+    pub fn session(&self) -> &SessionInfo {
+        &self.info
+    }
+
+    /// What recovery did when the session was opened.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.store
+    }
+
+    /// The session's lease, for the other writes of this session (calls, approvals, grants,
+    /// usage).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+#[async_trait]
+impl Memory for SessionMemory {
+    async fn add(&self, msgs: Vec<Msg>) -> Result<(), MemoryError> {
+        let mut mirror = self.mirror.lock().await;
+        let fresh = mirror.fresh(msgs);
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        self.store.append_messages(&self.lease, &fresh).await?;
+        for msg in fresh {
+            mirror.ids.insert(msg.id.clone());
+            mirror.msgs.push(msg);
+        }
+        Ok(())
+    }
+
+    async fn messages(&self) -> Result<Vec<Msg>, MemoryError> {
+        Ok(self.mirror.lock().await.msgs.clone())
+    }
+
+    async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {
+        let mut mirror = self.mirror.lock().await;
+        let deleted = self.store.delete_messages(&self.lease, ids).await?;
+        mirror.msgs.retain(|m| !ids.contains(&m.id));
+        for id in ids {
+            mirror.ids.remove(id);
+        }
+        Ok(deleted)
+    }
+
+    async fn size(&self) -> Result<usize, MemoryError> {
+        Ok(self.mirror.lock().await.msgs.len())
+    }
+
+    async fn clear(&self) -> Result<(), MemoryError> {
+        let mut mirror = self.mirror.lock().await;
+        self.store.clear_messages(&self.lease).await?;
+        *mirror = Mirror::default();
+        Ok(())
+    }
+
+    async fn insert_before(&self, before: &str, msgs: Vec<Msg>) -> Result<(), MemoryError> {
+        let mut mirror = self.mirror.lock().await;
+        let fresh = mirror.fresh(msgs);
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        self.store
+            .insert_messages_before(&self.lease, before, &fresh)
+            .await?;
+        let at = mirror
+            .msgs
+            .iter()
+            .position(|m| m.id == before)
+            .unwrap_or(mirror.msgs.len());
+        for msg in &fresh {
+            mirror.ids.insert(msg.id.clone());
+        }
+        mirror.msgs.splice(at..at, fresh);
+        Ok(())
+    }
+}

@@ -1,0 +1,323 @@
+//! Recovery on load (spec Y4), as a pure plan over a session's messages and call records, so
+//! that every store applies the same rules in its own transaction.
+//!
+//! The messages are what the model saw and will see, so they decide: a live call whose result
+//! is stored is settled as that result says; a call without a result gets `INTERRUPTED_RESTART`
+//! right after its message (through the core's [`repair_tool_pairs`], which also drops orphan
+//! results). Nothing is ever re-run: a call that may have run once is reported, not repeated,
+//! whatever its `idempotent` flag says.
+
+use std::collections::{HashMap, HashSet};
+
+use agentry::CallId;
+use agentry::memory::{check_tool_pairs, repair_tool_pairs};
+use agentry::message::{ContentBlock, Msg, ToolResultBlock};
+use agentry::tool::{CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState};
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use crate::{CallRecord, CallStatus, Recovery};
+
+/// What recovery writes.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// The index of the first message that changes, and the messages from there on (the whole
+    /// new tail, which replaces the old one).
+    pub(crate) tail: Option<(usize, Vec<Msg>)>,
+    /// Call records to write: closed live calls, and records for interrupted calls that had none.
+    pub(crate) calls: Vec<CallRecord>,
+    /// What it did.
+    pub(crate) report: Recovery,
+}
+
+/// The interrupted state of a call found in `status` (spec Y2, Y4): it never started if it was
+/// waiting for approval or a slot; otherwise it may have partly run.
+fn interrupted_state(status: Option<&CallStatus>) -> ToolCallState {
+    let phase = match status {
+        Some(CallStatus::PendingApproval | CallStatus::Queued) => CancelPhase::BeforeStart,
+        _ => CancelPhase::Running,
+    };
+    ToolCallState::Cancelled {
+        phase,
+        partial: false,
+        reason: CancelReason::Restart,
+    }
+}
+
+/// The state a stored result says its call ended in: the `tool_call` record the agent writes in
+/// its metadata, or, without one, completed or failed after its error flag.
+fn state_of_result(msg: &Msg, result: &ToolResultBlock) -> ToolCallState {
+    msg.metadata
+        .get("tool_call")
+        .and_then(|v| serde_json::from_value::<ToolCallState>(v.clone()).ok())
+        .unwrap_or(if result.is_error {
+            ToolCallState::Failed
+        } else {
+            ToolCallState::Completed
+        })
+}
+
+fn interrupted_result(id: CallId, name: String, state: &ToolCallState, now: DateTime<Utc>) -> Msg {
+    let mut record = serde_json::to_value(state).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut record {
+        map.insert("finished_at".into(), Value::String(now.to_rfc3339()));
+    }
+    let mut metadata = Map::new();
+    metadata.insert("tool_call".into(), record);
+    Msg::tool_result(ToolResultBlock {
+        id,
+        name,
+        output: vec![ContentBlock::text(INTERRUPTED_RESTART)],
+        is_error: true,
+    })
+    .with_metadata(metadata)
+}
+
+/// Plans the recovery of a session holding `msgs` (in order) and `calls`.
+pub(crate) fn plan(msgs: &[Msg], calls: &[CallRecord], now: DateTime<Utc>) -> Plan {
+    let records: HashMap<&str, &CallRecord> = calls.iter().map(|c| (c.call_id.as_str(), c)).collect();
+    let live: Vec<&CallRecord> = calls.iter().filter(|c| !c.status.is_terminal()).collect();
+    if live.is_empty() && check_tool_pairs(msgs).is_ok() {
+        return Plan::default();
+    }
+
+    // A result for every call that has none anywhere, appended: the repair moves each call's
+    // first result right after its message, so a stored result always wins over these.
+    let answered: HashSet<&str> = msgs
+        .iter()
+        .flat_map(Msg::tool_results)
+        .map(|r| r.id.as_str())
+        .collect();
+    let mut work: Vec<Msg> = msgs.to_vec();
+    let mut synthetic: HashMap<String, ToolCallState> = HashMap::new();
+    let mut in_messages: Vec<(CallId, String, Value, String)> = Vec::new();
+    for msg in msgs {
+        for call in msg.tool_uses() {
+            in_messages.push((
+                call.id.clone(),
+                call.name.clone(),
+                call.input.clone(),
+                msg.id.clone(),
+            ));
+            if answered.contains(call.id.as_str()) || synthetic.contains_key(call.id.as_str()) {
+                continue;
+            }
+            let state = interrupted_state(records.get(call.id.as_str()).map(|r| &r.status));
+            let result = interrupted_result(call.id.clone(), call.name.clone(), &state, now);
+            synthetic.insert(call.id.to_string(), state);
+            work.push(result);
+        }
+    }
+    let original_results = msgs.iter().flat_map(Msg::tool_results).count();
+    // The repair rebuilds every result message; one that holds just its result keeps its id,
+    // time and metadata, so only what moved or is new is rewritten.
+    let mut originals: HashMap<&str, &Msg> = HashMap::new();
+    for msg in msgs {
+        if let [ContentBlock::ToolResult(result)] = msg.content.as_slice() {
+            originals.entry(result.id.as_str()).or_insert(msg);
+        }
+    }
+    let repaired: Vec<Msg> = repair_tool_pairs(work)
+        .into_iter()
+        .map(|msg| match msg.content.as_slice() {
+            [ContentBlock::ToolResult(result)] => match originals.get(result.id.as_str()) {
+                Some(original) if original.content == msg.content => (*original).clone(),
+                _ => msg,
+            },
+            _ => msg,
+        })
+        .collect();
+
+    let mut plan = Plan::default();
+    let kept_results = repaired
+        .iter()
+        .flat_map(Msg::tool_results)
+        .filter(|r| !synthetic.contains_key(r.id.as_str()))
+        .count();
+    plan.report.orphan_results_removed = original_results.saturating_sub(kept_results);
+    let first_change = msgs
+        .iter()
+        .zip(&repaired)
+        .position(|(a, b)| a != b)
+        .or_else(|| (msgs.len() != repaired.len()).then(|| msgs.len().min(repaired.len())));
+
+    // How each call in the repaired messages ended.
+    let mut ended: HashMap<&str, ToolCallState> = HashMap::new();
+    for msg in &repaired {
+        for result in msg.tool_results() {
+            let state = match synthetic.get(result.id.as_str()) {
+                Some(state) => state.clone(),
+                None => state_of_result(msg, result),
+            };
+            ended.insert(result.id.as_str(), state);
+        }
+    }
+
+    let mut closed: HashSet<&str> = HashSet::new();
+    // Calls in message order first, then live records that no message holds.
+    for (id, name, input, message_id) in &in_messages {
+        if !closed.insert(id.as_str()) {
+            continue;
+        }
+        let Some(state) = ended.get(id.as_str()) else {
+            continue;
+        };
+        let interrupted = synthetic.contains_key(id.as_str());
+        match records.get(id.as_str()) {
+            Some(record) if !record.status.is_terminal() => {
+                plan.calls.push(close(record, state.clone(), now));
+                note(&mut plan.report, record, interrupted);
+            }
+            // A terminal record keeps its state (S1); the write order (result first) makes a
+            // terminal record without a result impossible short of a bug.
+            Some(_) => {}
+            None if interrupted => {
+                let mut record = CallRecord::new(id.clone(), name.clone(), input.clone());
+                record.message_id = Some(message_id.clone());
+                record.created_at = now;
+                record.status = CallStatus::Finished(state.clone());
+                record.finished_at = Some(now);
+                plan.calls.push(record);
+                plan.report.interrupted.push(id.clone());
+            }
+            None => {}
+        }
+    }
+    for record in live {
+        if closed.insert(record.call_id.as_str()) {
+            plan.calls
+                .push(close(record, interrupted_state(Some(&record.status)), now));
+            note(&mut plan.report, record, true);
+        }
+    }
+    plan.tail = first_change.map(|at| (at, repaired[at..].to_vec()));
+    plan
+}
+
+fn close(record: &CallRecord, state: ToolCallState, now: DateTime<Utc>) -> CallRecord {
+    let mut record = record.clone();
+    record.status = CallStatus::Finished(state);
+    record.finished_at = Some(now);
+    record
+}
+
+fn note(report: &mut Recovery, record: &CallRecord, interrupted: bool) {
+    if interrupted {
+        report.interrupted.push(record.call_id.clone());
+        if record.status == CallStatus::PendingApproval {
+            report.approvals_closed.push(record.call_id.clone());
+        }
+    } else {
+        report.settled.push(record.call_id.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry::message::{Role, ToolUseBlock};
+    use serde_json::json;
+
+    fn call(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse(ToolUseBlock {
+            id: id.into(),
+            name: "t".into(),
+            input: json!({"x": id}),
+            raw_input: None,
+        })
+    }
+
+    fn result(id: &str, state: Option<ToolCallState>) -> Msg {
+        let mut msg = Msg::tool_result(ToolResultBlock {
+            id: id.into(),
+            name: "t".into(),
+            output: vec![ContentBlock::text(format!("r{id}"))],
+            is_error: false,
+        });
+        if let Some(state) = state {
+            msg.metadata
+                .insert("tool_call".into(), serde_json::to_value(state).unwrap());
+        }
+        msg
+    }
+
+    fn record(id: &str, status: CallStatus) -> CallRecord {
+        let mut r = CallRecord::new(id, "t", json!({}));
+        r.status = status;
+        r
+    }
+
+    #[test]
+    fn a_consistent_session_needs_nothing() {
+        let msgs = vec![
+            Msg::user("q"),
+            Msg::new("bot", Role::Assistant, vec![call("a")]),
+            result("a", None),
+        ];
+        let calls = [record("a", CallStatus::Finished(ToolCallState::Completed))];
+        let plan = plan(&msgs, &calls, Utc::now());
+        assert!(plan.tail.is_none() && plan.calls.is_empty() && plan.report.is_empty());
+    }
+
+    #[test]
+    fn y4_plan_closes_live_calls_and_settles_stored_results() {
+        let timed_out = ToolCallState::TimedOut { partial: false };
+        let msgs = vec![
+            Msg::user("q"),
+            Msg::new(
+                "bot",
+                Role::Assistant,
+                vec![call("a"), call("b"), call("c"), call("d")],
+            ),
+            result("a", Some(timed_out.clone())),
+            result("zz", None),
+        ];
+        let calls = [
+            record("a", CallStatus::Running),
+            record("b", CallStatus::Running),
+            record("c", CallStatus::PendingApproval),
+            record("e", CallStatus::Queued),
+        ];
+        let plan = plan(&msgs, &calls, Utc::now());
+        let ids = |v: &[CallId]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(ids(&plan.report.interrupted), ["b", "c", "d", "e"]);
+        assert_eq!(ids(&plan.report.settled), ["a"]);
+        assert_eq!(ids(&plan.report.approvals_closed), ["c"]);
+        assert_eq!(plan.report.orphan_results_removed, 1);
+        let (at, tail) = plan.tail.unwrap();
+        assert_eq!(at, 3, "the stored result of a stays");
+        let mut all = msgs[..at].to_vec();
+        all.extend(tail);
+        assert_eq!(check_tool_pairs(&all), Ok(()));
+        let texts: Vec<String> = all[2..]
+            .iter()
+            .flat_map(|m| m.tool_results().map(|r| r.text()))
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                "ra",
+                INTERRUPTED_RESTART,
+                INTERRUPTED_RESTART,
+                INTERRUPTED_RESTART
+            ]
+        );
+        let status = |id: &str| {
+            plan.calls
+                .iter()
+                .find(|c| c.call_id == id)
+                .unwrap()
+                .status
+                .clone()
+        };
+        assert_eq!(status("a"), CallStatus::Finished(timed_out));
+        assert_eq!(status("b").phase(), Some(CancelPhase::Running));
+        assert_eq!(status("c").phase(), Some(CancelPhase::BeforeStart));
+        assert_eq!(
+            status("d").stop_reason(),
+            Some("restart"),
+            "an unrecorded call gets a record"
+        );
+        assert_eq!(status("e").phase(), Some(CancelPhase::BeforeStart));
+    }
+}

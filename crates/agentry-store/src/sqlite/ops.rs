@@ -1,0 +1,713 @@
+//! The store's operations as plain functions on a connection, one transaction each.
+//!
+//! Writes use `BEGIN IMMEDIATE`: the write lock is taken first, so the busy timeout applies to
+//! it (a deferred transaction that upgrades to writing can fail with BUSY at once in WAL mode).
+
+use std::collections::HashSet;
+
+use agentry::message::Msg;
+use agentry::model::ChatUsage;
+use agentry::tool::{ApprovalDecision, DecisionSource, ToolCallState};
+use agentry::{CallId, ReplyId};
+use chrono::Utc;
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+
+use super::Ctx;
+use super::rows::{
+    CALL_COLUMNS, EncodedCall, SESSION_COLUMNS, call_record, call_row, from_json, json, parse_ts,
+    session_info, session_row, ts,
+};
+use crate::recovery;
+use crate::{
+    CallRecord, CallStatus, Grant, GrantKind, PendingApproval, Recovered, SessionId, SessionInfo, StoreError,
+    UsageTotals,
+};
+
+/// A message ready to store.
+#[derive(Debug)]
+pub(super) struct Encoded {
+    id: String,
+    role: String,
+    created_at: String,
+    body: String,
+}
+
+impl Encoded {
+    pub(super) fn new(msg: &Msg) -> Result<Self, StoreError> {
+        Ok(Encoded {
+            id: msg.id.clone(),
+            role: match serde_json::to_value(msg.role) {
+                Ok(serde_json::Value::String(role)) => role,
+                _ => String::new(),
+            },
+            created_at: ts(msg.timestamp),
+            body: json("message", msg)?,
+        })
+    }
+}
+
+fn write_tx<'c>(conn: &'c mut Connection, ctx: &Ctx) -> Result<Transaction<'c>, StoreError> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| ctx.err(e))
+}
+
+/// Marks the session as written now.
+fn touch(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
+    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![id.as_str(), ts(Utc::now())]))
+        .map_err(|e| ctx.err(e))?;
+    Ok(())
+}
+
+fn commit(tx: Transaction<'_>, ctx: &Ctx) -> Result<(), StoreError> {
+    tx.commit().map_err(|e| ctx.err(e))
+}
+
+fn exists(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
+    let found = conn
+        .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+        .and_then(|mut s| s.exists([id.as_str()]))
+        .map_err(|e| ctx.err(e))?;
+    if found {
+        Ok(())
+    } else {
+        Err(StoreError::SessionNotFound(id.to_string()))
+    }
+}
+
+// ---- sessions ----
+
+pub(super) fn create_session(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    name: &str,
+    config: &str,
+) -> Result<SessionInfo, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let taken = tx
+        .prepare_cached("SELECT 1 FROM sessions WHERE name = ?1")
+        .and_then(|mut s| s.exists([name]))
+        .map_err(|e| ctx.err(e))?;
+    if taken {
+        return Err(StoreError::NameTaken(name.to_owned()));
+    }
+    let id = SessionId::random();
+    let now = ts(Utc::now());
+    tx.execute(
+        "INSERT INTO sessions (id, name, created_at, updated_at, config) VALUES (?1, ?2, ?3, ?3, ?4)",
+        params![id.as_str(), name, now, config],
+    )
+    .map_err(|e| ctx.err(e))?;
+    let info = session_where(&tx, ctx, "s.id = ?1", id.as_str())?;
+    commit(tx, ctx)?;
+    info.ok_or_else(|| StoreError::SessionNotFound(id.to_string()))
+}
+
+/// The session matching `filter` (one `?1` parameter).
+pub(super) fn session_where(
+    conn: &Connection,
+    ctx: &Ctx,
+    filter: &str,
+    value: &str,
+) -> Result<Option<SessionInfo>, StoreError> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE {filter}"
+        ))
+        .and_then(|mut s| s.query_row([value], session_row).optional())
+        .map_err(|e| ctx.err(e))?;
+    row.map(session_info).transpose()
+}
+
+pub(super) fn sessions(conn: &mut Connection, ctx: &Ctx) -> Result<Vec<SessionInfo>, StoreError> {
+    let rows = conn
+        .prepare_cached(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s ORDER BY s.updated_at DESC, s.name"
+        ))
+        .and_then(|mut s| s.query_map([], session_row)?.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| ctx.err(e))?;
+    rows.into_iter().map(session_info).collect()
+}
+
+pub(super) fn delete_session(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<bool, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    // Everything of the session goes with it (foreign keys cascade), grants included (A14).
+    let deleted = tx
+        .execute("DELETE FROM sessions WHERE id = ?1", [id.as_str()])
+        .map_err(|e| ctx.err(e))?;
+    commit(tx, ctx)?;
+    Ok(deleted > 0)
+}
+
+pub(super) fn set_config(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    config: &str,
+) -> Result<(), StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let changed = tx
+        .execute(
+            "UPDATE sessions SET config = ?2, updated_at = ?3 WHERE id = ?1",
+            params![id.as_str(), config, ts(Utc::now())],
+        )
+        .map_err(|e| ctx.err(e))?;
+    if changed == 0 {
+        return Err(StoreError::SessionNotFound(id.to_string()));
+    }
+    commit(tx, ctx)
+}
+
+// ---- messages ----
+
+/// The messages with their positions.
+fn stored_messages(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<(i64, Msg)>, StoreError> {
+    let rows = conn
+        .prepare_cached("SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq")
+        .and_then(|mut s| {
+            s.query_map([id.as_str()], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| ctx.err(e))?;
+    rows.into_iter()
+        .map(|(seq, body)| Ok((seq, from_json::<Msg>("message", &body)?)))
+        .collect()
+}
+
+pub(super) fn messages(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<Msg>, StoreError> {
+    // One read transaction: the existence check and the rows see the same snapshot.
+    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+    exists(&tx, ctx, id)?;
+    let msgs = stored_messages(&tx, ctx, id)?
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    Ok(msgs)
+}
+
+fn next_seq(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<i64, StoreError> {
+    tx.prepare_cached("SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = ?1")
+        .and_then(|mut s| s.query_row([id.as_str()], |row| row.get(0)))
+        .map_err(|e| ctx.err(e))
+}
+
+/// Inserts `msgs` at consecutive positions from `seq`; they must be new and the positions free.
+fn insert_at(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    id: &SessionId,
+    seq: i64,
+    msgs: &[Encoded],
+) -> Result<(), StoreError> {
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO messages (session_id, seq, id, role, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .map_err(|e| ctx.err(e))?;
+    for (n, msg) in (0_i64..).zip(msgs) {
+        insert
+            .execute(params![
+                id.as_str(),
+                seq + n,
+                msg.id,
+                msg.role,
+                msg.created_at,
+                msg.body
+            ])
+            .map_err(|e| ctx.err(e))?;
+    }
+    Ok(())
+}
+
+/// Appends `msgs` (or inserts them before the message `before`), skipping stored ids.
+pub(super) fn insert_messages(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    before: Option<&str>,
+    msgs: Vec<Encoded>,
+) -> Result<usize, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let mut seen = HashSet::new();
+    let mut new = Vec::with_capacity(msgs.len());
+    {
+        let mut stored = tx
+            .prepare_cached("SELECT 1 FROM messages WHERE session_id = ?1 AND id = ?2")
+            .map_err(|e| ctx.err(e))?;
+        for msg in msgs {
+            let known = stored
+                .exists(params![id.as_str(), msg.id])
+                .map_err(|e| ctx.err(e))?;
+            if !known && seen.insert(msg.id.clone()) {
+                new.push(msg);
+            }
+        }
+    }
+    if new.is_empty() {
+        return Ok(0);
+    }
+    let at: Option<i64> = match before {
+        Some(before) => tx
+            .prepare_cached("SELECT seq FROM messages WHERE session_id = ?1 AND id = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![id.as_str(), before], |row| row.get(0))
+                    .optional()
+            })
+            .map_err(|e| ctx.err(e))?,
+        None => None,
+    };
+    let seq = match at {
+        Some(at) => {
+            // Make room: move the tail out of the way (negative positions, so the primary key
+            // never collides mid-update), then to its new place.
+            let n = i64::try_from(new.len()).unwrap_or(i64::MAX);
+            tx.execute(
+                "UPDATE messages SET seq = -(seq + ?3) - 1 WHERE session_id = ?1 AND seq >= ?2",
+                params![id.as_str(), at, n],
+            )
+            .and_then(|_| {
+                tx.execute(
+                    "UPDATE messages SET seq = -seq - 1 WHERE session_id = ?1 AND seq < 0",
+                    [id.as_str()],
+                )
+            })
+            .map_err(|e| ctx.err(e))?;
+            at
+        }
+        None => next_seq(&tx, ctx, id)?,
+    };
+    insert_at(&tx, ctx, id, seq, &new)?;
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)?;
+    Ok(new.len())
+}
+
+/// Deletes the messages with these ids, or all of them.
+pub(super) fn delete_messages(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    ids: Option<&[String]>,
+) -> Result<usize, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let deleted = match ids {
+        None => tx
+            .execute("DELETE FROM messages WHERE session_id = ?1", [id.as_str()])
+            .map_err(|e| ctx.err(e))?,
+        Some(ids) => {
+            let mut delete = tx
+                .prepare_cached("DELETE FROM messages WHERE session_id = ?1 AND id = ?2")
+                .map_err(|e| ctx.err(e))?;
+            let mut deleted = 0;
+            for msg in ids {
+                deleted += delete
+                    .execute(params![id.as_str(), msg])
+                    .map_err(|e| ctx.err(e))?;
+            }
+            deleted
+        }
+    };
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)?;
+    Ok(deleted)
+}
+
+// ---- calls ----
+
+/// Writes a call record; a terminal one never changes (S1). `Ok(false)` when nothing changed.
+fn write_call(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    id: &SessionId,
+    call: &EncodedCall,
+) -> Result<bool, StoreError> {
+    let changed = tx
+        .prepare_cached(
+            "INSERT INTO tool_calls (session_id, call_id, reply_id, message_id, tool_name, arguments, state, \
+                 terminal, outcome, phase, partial, stop_reason, partial_result, decision, decision_source, \
+                 idempotent, progress, created_at, started_at, finished_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
+             ON CONFLICT (session_id, call_id) DO UPDATE SET
+                 reply_id = excluded.reply_id, message_id = excluded.message_id,
+                 tool_name = excluded.tool_name, arguments = excluded.arguments, state = excluded.state,
+                 terminal = excluded.terminal, outcome = excluded.outcome, phase = excluded.phase,
+                 partial = excluded.partial, stop_reason = excluded.stop_reason,
+                 partial_result = excluded.partial_result, decision = excluded.decision,
+                 decision_source = excluded.decision_source, idempotent = excluded.idempotent,
+                 progress = excluded.progress, started_at = excluded.started_at,
+                 finished_at = excluded.finished_at, updated_at = excluded.updated_at
+             WHERE tool_calls.terminal = 0",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                id.as_str(),
+                call.call_id,
+                call.reply_id,
+                call.message_id,
+                call.tool_name,
+                call.arguments,
+                call.state,
+                call.terminal,
+                call.outcome,
+                call.phase,
+                call.partial,
+                call.stop_reason,
+                call.partial_result,
+                call.decision,
+                call.decision_source,
+                call.idempotent,
+                call.progress,
+                call.created_at,
+                call.started_at,
+                call.finished_at,
+                ts(Utc::now()),
+            ])
+        })
+        .map_err(|e| ctx.err(e))?;
+    if call.terminal {
+        // A closed call waits for nobody.
+        tx.prepare_cached("DELETE FROM pending_approvals WHERE session_id = ?1 AND call_id = ?2")
+            .and_then(|mut s| s.execute(params![id.as_str(), call.call_id]))
+            .map_err(|e| ctx.err(e))?;
+    }
+    Ok(changed > 0)
+}
+
+pub(super) fn record_call(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    call: &EncodedCall,
+) -> Result<bool, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let changed = write_call(&tx, ctx, id, call)?;
+    if changed {
+        touch(&tx, ctx, id)?;
+    }
+    commit(tx, ctx)?;
+    Ok(changed)
+}
+
+fn call_where(
+    conn: &Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    call_id: &str,
+) -> Result<Option<CallRecord>, StoreError> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {CALL_COLUMNS} FROM tool_calls WHERE session_id = ?1 AND call_id = ?2"
+        ))
+        .and_then(|mut s| s.query_row(params![id.as_str(), call_id], call_row).optional())
+        .map_err(|e| ctx.err(e))?;
+    row.map(call_record).transpose()
+}
+
+fn stored_calls(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<CallRecord>, StoreError> {
+    let rows = conn
+        .prepare_cached(&format!(
+            "SELECT {CALL_COLUMNS} FROM tool_calls WHERE session_id = ?1 ORDER BY rowid"
+        ))
+        .and_then(|mut s| {
+            s.query_map([id.as_str()], call_row)?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| ctx.err(e))?;
+    rows.into_iter().map(call_record).collect()
+}
+
+pub(super) fn calls(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<CallRecord>, StoreError> {
+    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+    exists(&tx, ctx, id)?;
+    stored_calls(&tx, ctx, id)
+}
+
+// ---- approvals ----
+
+pub(super) fn request_approval(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    call_id: &CallId,
+    request: &str,
+) -> Result<(), StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let Some(mut call) = call_where(&tx, ctx, id, call_id)? else {
+        return Err(StoreError::CallNotFound(call_id.to_string()));
+    };
+    if call.status.is_terminal() {
+        return Err(StoreError::NotPending(call_id.to_string()));
+    }
+    call.status = CallStatus::PendingApproval;
+    write_call(&tx, ctx, id, &EncodedCall::new(&call)?)?;
+    tx.execute(
+        "INSERT INTO pending_approvals (session_id, call_id, request, requested_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (session_id, call_id) DO UPDATE SET request = excluded.request",
+        params![id.as_str(), call_id.as_str(), request, ts(Utc::now())],
+    )
+    .map_err(|e| ctx.err(e))?;
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)
+}
+
+pub(super) fn resolve_approval(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    call_id: &CallId,
+    decision: ApprovalDecision,
+    source: DecisionSource,
+) -> Result<CallRecord, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    // The first decision removes the request; any later one finds nothing (A16).
+    let was_pending = tx
+        .execute(
+            "DELETE FROM pending_approvals WHERE session_id = ?1 AND call_id = ?2",
+            params![id.as_str(), call_id.as_str()],
+        )
+        .map_err(|e| ctx.err(e))?;
+    let call = call_where(&tx, ctx, id, call_id)?;
+    let Some(mut call) = call.filter(|c| was_pending > 0 && c.status == CallStatus::PendingApproval) else {
+        return Err(StoreError::NotPending(call_id.to_string()));
+    };
+    let now = Utc::now();
+    call.status = match &decision {
+        ApprovalDecision::Approve | ApprovalDecision::ApproveForSession => CallStatus::Queued,
+        ApprovalDecision::Decline { reason }
+        | ApprovalDecision::DeclineForSession { reason }
+        | ApprovalDecision::DeclineAndStop { reason } => {
+            call.finished_at = Some(now);
+            CallStatus::Finished(ToolCallState::Declined {
+                reason: reason.clone(),
+            })
+        }
+        // A decision added to the core later: fail closed, as for no decision (A15).
+        _ => {
+            call.finished_at = Some(now);
+            CallStatus::Finished(ToolCallState::Declined { reason: None })
+        }
+    };
+    call.decision = Some(decision);
+    call.decision_source = Some(source);
+    write_call(&tx, ctx, id, &EncodedCall::new(&call)?)?;
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)?;
+    Ok(call)
+}
+
+pub(super) fn pending_approvals(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+) -> Result<Vec<PendingApproval>, StoreError> {
+    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+    exists(&tx, ctx, id)?;
+    let rows = tx
+        .prepare_cached(
+            "SELECT p.call_id, c.tool_name, c.arguments, p.request, p.requested_at
+             FROM pending_approvals p JOIN tool_calls c USING (session_id, call_id)
+             WHERE p.session_id = ?1 ORDER BY c.rowid",
+        )
+        .and_then(|mut s| {
+            s.query_map([id.as_str()], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| ctx.err(e))?;
+    rows.into_iter()
+        .map(|(call_id, tool_name, arguments, request, at)| {
+            Ok(PendingApproval {
+                call_id: call_id.into(),
+                tool_name,
+                arguments: from_json("call arguments", &arguments)?,
+                request: from_json("approval request", &request)?,
+                requested_at: parse_ts("approval time", &at)?,
+            })
+        })
+        .collect()
+}
+
+// ---- grants ----
+
+pub(super) fn put_grant(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    grant: &Grant,
+) -> Result<(), StoreError> {
+    let kind = json("grant", &grant.kind)?;
+    let tx = write_tx(conn, ctx)?;
+    tx.execute(
+        "INSERT INTO session_grants (session_id, key, tool_name, kind, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (session_id, key) DO UPDATE SET
+             tool_name = excluded.tool_name, kind = excluded.kind, created_at = excluded.created_at",
+        params![id.as_str(), grant.key, grant.tool_name, kind, ts(grant.created_at)],
+    )
+    .map_err(|e| ctx.err(e))?;
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)
+}
+
+pub(super) fn revoke_grant(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    key: &str,
+) -> Result<bool, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let deleted = tx
+        .execute(
+            "DELETE FROM session_grants WHERE session_id = ?1 AND key = ?2",
+            params![id.as_str(), key],
+        )
+        .map_err(|e| ctx.err(e))?;
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)?;
+    Ok(deleted > 0)
+}
+
+pub(super) fn grants(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<Grant>, StoreError> {
+    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+    exists(&tx, ctx, id)?;
+    let rows = tx
+        .prepare_cached(
+            "SELECT key, tool_name, kind, created_at FROM session_grants WHERE session_id = ?1
+             ORDER BY created_at, rowid",
+        )
+        .and_then(|mut s| {
+            s.query_map([id.as_str()], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| ctx.err(e))?;
+    rows.into_iter()
+        .map(|(key, tool_name, kind, at)| {
+            Ok(Grant {
+                key,
+                tool_name,
+                kind: from_json::<GrantKind>("grant", &kind)?,
+                created_at: parse_ts("grant time", &at)?,
+            })
+        })
+        .collect()
+}
+
+// ---- usage ----
+
+pub(super) fn record_usage(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    reply_id: Option<&ReplyId>,
+    usage: &ChatUsage,
+) -> Result<(), StoreError> {
+    let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let tx = write_tx(conn, ctx)?;
+    tx.prepare_cached(
+        "INSERT INTO usage (session_id, reply_id, input_tokens, output_tokens, time_ms, recorded_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            id.as_str(),
+            reply_id.map(ReplyId::as_str),
+            tokens(usage.input_tokens),
+            tokens(usage.output_tokens),
+            usage.time.as_secs_f64() * 1000.0,
+            ts(Utc::now()),
+        ])
+    })
+    .map_err(|e| ctx.err(e))?;
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)
+}
+
+pub(super) fn usage(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<UsageTotals, StoreError> {
+    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+    exists(&tx, ctx, id)?;
+    let (calls, input, output, time_ms): (i64, i64, i64, f64) = tx
+        .query_row(
+            "SELECT count(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
+                    COALESCE(SUM(time_ms), 0.0)
+             FROM usage WHERE session_id = ?1",
+            [id.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .map_err(|e| ctx.err(e))?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(UsageTotals {
+        calls: count(calls),
+        input_tokens: count(input),
+        output_tokens: count(output),
+        time_ms,
+    })
+}
+
+// ---- recovery ----
+
+/// Recovery on load (Y4). The caller holds the lease, so nobody else writes this session: the
+/// plan is made from a read, and only a session that needs repair takes the write lock.
+pub(super) fn recover(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Recovered, StoreError> {
+    let (stored, calls) = {
+        let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+        exists(&tx, ctx, id)?;
+        (stored_messages(&tx, ctx, id)?, stored_calls(&tx, ctx, id)?)
+    };
+    let (seqs, mut msgs): (Vec<i64>, Vec<Msg>) = stored.into_iter().unzip();
+    let plan = recovery::plan(&msgs, &calls, Utc::now());
+    if plan.tail.is_none() && plan.calls.is_empty() {
+        return Ok(Recovered {
+            report: plan.report,
+            messages: msgs,
+        });
+    }
+    let tx = write_tx(conn, ctx)?;
+    if let Some((at, tail)) = plan.tail {
+        let from = match seqs.get(at) {
+            Some(&seq) => seq,
+            None => next_seq(&tx, ctx, id)?,
+        };
+        tx.execute(
+            "DELETE FROM messages WHERE session_id = ?1 AND seq >= ?2",
+            params![id.as_str(), from],
+        )
+        .map_err(|e| ctx.err(e))?;
+        let encoded = tail.iter().map(Encoded::new).collect::<Result<Vec<_>, _>>()?;
+        insert_at(&tx, ctx, id, from, &encoded)?;
+        msgs.truncate(at);
+        msgs.extend(tail);
+    }
+    for call in &plan.calls {
+        write_call(&tx, ctx, id, &EncodedCall::new(call)?)?;
+    }
+    touch(&tx, ctx, id)?;
+    commit(tx, ctx)?;
+    if !plan.report.is_empty() {
+        tracing::info!(
+            session = %id,
+            interrupted = plan.report.interrupted.len(),
+            settled = plan.report.settled.len(),
+            orphans = plan.report.orphan_results_removed,
+            "recovered a session left unfinished"
+        );
+    }
+    Ok(Recovered {
+        report: plan.report,
+        messages: msgs,
+    })
+}

@@ -1,0 +1,161 @@
+//! The SQLite schema and its migrations.
+//!
+//! The version is `PRAGMA user_version`; `MIGRATIONS[i]` takes a database from version `i` to
+//! `i + 1`. All pending migrations run in one `BEGIN IMMEDIATE` transaction on open, so a crash
+//! mid-migration leaves the old version, and two processes opening an old file at once migrate
+//! it once. A file of a newer version is refused before anything is written. The
+//! `application_id` marks the file as ours, so a `--db` pointing at another program's
+//! database is refused rather than filled with our tables.
+//!
+//! Migrations are append-only: a released one is never edited.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::Ctx;
+use crate::StoreError;
+
+/// `PRAGMA application_id` of an Agentry session database ("AgSt").
+pub(crate) const APPLICATION_ID: i64 = 0x4167_5374;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Version 1, the first release.
+///
+/// Times are RFC 3339 UTC text (sortable, readable with the `sqlite3` shell); JSON columns hold
+/// the core's serde shapes (`Msg`, `ToolCallState`, `ApprovalDecision`, `ApprovalRequest`), the
+/// same as the protocol, so an export is those documents as they are.
+const V1: &str = "
+CREATE TABLE sessions (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    config      TEXT NOT NULL            -- JSON object: the agent configuration to resume with
+) STRICT;
+
+CREATE TABLE messages (
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL,        -- order in the conversation
+    id          TEXT NOT NULL,           -- Msg.id
+    role        TEXT NOT NULL,
+    created_at  TEXT NOT NULL,           -- Msg.timestamp
+    body        TEXT NOT NULL,           -- JSON: the whole Msg
+    PRIMARY KEY (session_id, seq),
+    UNIQUE (session_id, id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE tool_calls (
+    session_id      TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    call_id         TEXT NOT NULL,
+    reply_id        TEXT,
+    message_id      TEXT,                -- the assistant message holding the call
+    tool_name       TEXT NOT NULL,
+    arguments       TEXT NOT NULL,       -- JSON
+    state           TEXT NOT NULL,       -- pending_approval | queued | running | completed | failed
+                                         -- | declined | cancelled | timed_out
+    terminal        INTEGER NOT NULL,    -- 1 once the state is terminal; never changes after (S1)
+    outcome         TEXT,                -- JSON ToolCallState, when terminal
+    phase           TEXT,                -- before_start | running, for a cancelled call (Y3)
+    partial         INTEGER,             -- on_cancel handed back a partial result (Y3)
+    stop_reason     TEXT,                -- user | reply | restart | timeout (Y3)
+    partial_result  TEXT,
+    decision        TEXT,                -- JSON ApprovalDecision
+    decision_source TEXT,                -- user | auto | session_grant | no_decision
+    idempotent      INTEGER NOT NULL DEFAULT 0,
+    progress        TEXT,
+    created_at      TEXT NOT NULL,
+    started_at      TEXT,
+    finished_at     TEXT,
+    updated_at      TEXT NOT NULL,
+    PRIMARY KEY (session_id, call_id)
+) STRICT;
+CREATE INDEX tool_calls_live ON tool_calls (session_id) WHERE terminal = 0;
+
+CREATE TABLE pending_approvals (
+    session_id    TEXT NOT NULL,
+    call_id       TEXT NOT NULL,
+    request       TEXT NOT NULL,         -- JSON ApprovalRequest: what the user is asked
+    requested_at  TEXT NOT NULL,
+    PRIMARY KEY (session_id, call_id),
+    FOREIGN KEY (session_id, call_id) REFERENCES tool_calls (session_id, call_id) ON DELETE CASCADE
+) STRICT;
+
+CREATE TABLE session_grants (
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    key         TEXT NOT NULL,
+    tool_name   TEXT NOT NULL,
+    kind        TEXT NOT NULL,           -- JSON GrantKind
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (session_id, key)
+) STRICT;
+
+CREATE TABLE usage (
+    id             INTEGER PRIMARY KEY,
+    session_id     TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    reply_id       TEXT,
+    input_tokens   INTEGER NOT NULL,
+    output_tokens  INTEGER NOT NULL,
+    time_ms        REAL NOT NULL,
+    recorded_at    TEXT NOT NULL
+) STRICT;
+CREATE INDEX usage_session ON usage (session_id);
+";
+
+/// The migrations, oldest first.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
+pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {
+    let path = &ctx.path;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|e| ctx.err(e))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.clone(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < 0 {
+        return Err(StoreError::Foreign { path: path.clone() });
+    }
+    if version > 0 {
+        let id: i64 = conn
+            .pragma_query_value(None, "application_id", |row| row.get(0))
+            .map_err(|e| ctx.err(e))?;
+        if id != APPLICATION_ID {
+            return Err(StoreError::Foreign { path: path.clone() });
+        }
+    } else {
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
+            .map_err(|e| ctx.err(e))?;
+        if tables > 0 {
+            return Err(StoreError::Foreign { path: path.clone() });
+        }
+    }
+    Ok(version)
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] in one transaction.
+pub(super) fn migrate(conn: &mut Connection, ctx: &Ctx) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| ctx.err(e))?;
+    // Read again under the write lock: another process may have migrated meanwhile.
+    let version = check(&tx, ctx)?;
+    if version == SCHEMA_VERSION {
+        return Ok(());
+    }
+    for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(sql).map_err(|e| ctx.err(e))?;
+        tracing::debug!(from, to = from + 1, "session store migrated");
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .map_err(|e| ctx.err(e))?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(|e| ctx.err(e))?;
+    tx.commit().map_err(|e| ctx.err(e))
+}

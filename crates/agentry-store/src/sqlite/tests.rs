@@ -1,0 +1,182 @@
+//! Unit tests of the SQLite store's operations.
+
+use agentry::message::Msg;
+use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource, ToolCallState};
+use serde_json::json;
+
+use super::*;
+use crate::CallStatus;
+
+async fn leased(store: &SqliteStore, name: &str) -> (SessionInfo, Lease) {
+    let session = store.create_session(name, &json!({"model": "m"})).await.unwrap();
+    let lease = store.acquire(&session.id).await.unwrap();
+    (session, lease)
+}
+
+fn texts(msgs: &[Msg]) -> Vec<String> {
+    msgs.iter().map(|m| m.text().unwrap_or_default()).collect()
+}
+
+#[tokio::test]
+async fn insert_before_keeps_order_and_skips_known_ids() {
+    let store = SqliteStore::in_memory().unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(Msg::user);
+    assert_eq!(
+        store
+            .append_messages(&lease, &[a.clone(), d.clone()])
+            .await
+            .unwrap(),
+        2
+    );
+    let added = store
+        .insert_messages_before(&lease, &d.id, &[b.clone(), c.clone(), a.clone(), b.clone()])
+        .await
+        .unwrap();
+    assert_eq!(added, 2, "a is stored and b comes twice");
+    assert_eq!(
+        texts(&store.messages(&session.id).await.unwrap()),
+        ["a", "b", "c", "d"]
+    );
+    // Before an unknown id: appended.
+    store
+        .insert_messages_before(&lease, "nope", &[Msg::user("e")])
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .delete_messages(&lease, &[b.id.clone(), "x".into()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        texts(&store.messages(&session.id).await.unwrap()),
+        ["a", "c", "d", "e"]
+    );
+    store.clear_messages(&lease).await.unwrap();
+    assert!(store.messages(&session.id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_terminal_call_record_never_changes() {
+    let store = SqliteStore::in_memory().unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    let mut call = CallRecord::new("c1", "search", json!({"q": "x"}));
+    assert!(store.record_call(&lease, &call).await.unwrap());
+    call.status = CallStatus::Running;
+    call.progress = Some("half".into());
+    assert!(store.record_call(&lease, &call).await.unwrap());
+    call.status = CallStatus::Finished(ToolCallState::Completed);
+    assert!(store.record_call(&lease, &call).await.unwrap());
+    call.status = CallStatus::Finished(ToolCallState::Failed);
+    assert!(
+        !store.record_call(&lease, &call).await.unwrap(),
+        "S1: the first terminal state stays"
+    );
+    let stored = store.calls(&session.id).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].status, CallStatus::Finished(ToolCallState::Completed));
+    assert_eq!(stored[0].progress.as_deref(), Some("half"));
+    assert_eq!(stored[0].arguments, json!({"q": "x"}));
+}
+
+#[tokio::test]
+async fn the_first_decision_wins_and_is_kept_with_its_source() {
+    let store = SqliteStore::in_memory().unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    let call_id: agentry::CallId = "c1".into();
+    let unknown = store
+        .request_approval(&lease, &call_id, &ApprovalRequest::new("?"))
+        .await;
+    assert!(matches!(unknown, Err(StoreError::CallNotFound(_))), "{unknown:?}");
+    store
+        .record_call(&lease, &CallRecord::new("c1", "rm", json!({"path": "/tmp/x"})))
+        .await
+        .unwrap();
+    let request = ApprovalRequest::new("Delete /tmp/x?");
+    store.request_approval(&lease, &call_id, &request).await.unwrap();
+    let pending = store.pending_approvals(&session.id).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].request, request);
+    assert_eq!(pending[0].tool_name, "rm");
+
+    let decline = ApprovalDecision::Decline {
+        reason: Some("no".into()),
+    };
+    let call = store
+        .resolve_approval(&lease, &call_id, &decline, DecisionSource::User)
+        .await
+        .unwrap();
+    assert_eq!(
+        call.status,
+        CallStatus::Finished(ToolCallState::Declined {
+            reason: Some("no".into())
+        })
+    );
+    let again = store
+        .resolve_approval(&lease, &call_id, &ApprovalDecision::Approve, DecisionSource::User)
+        .await;
+    assert!(matches!(again, Err(StoreError::NotPending(_))), "{again:?}");
+    let stored = &store.calls(&session.id).await.unwrap()[0];
+    assert_eq!(stored.decision, Some(decline));
+    assert_eq!(stored.decision_source, Some(DecisionSource::User));
+    assert!(store.pending_approvals(&session.id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn usage_adds_up() {
+    let store = SqliteStore::in_memory().unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    for n in 1..=3 {
+        let usage = ChatUsage {
+            input_tokens: 10 * n,
+            output_tokens: n,
+            time: Duration::from_millis(n),
+        };
+        store.record_usage(&lease, None, &usage).await.unwrap();
+    }
+    let totals = store.usage(&session.id).await.unwrap();
+    assert_eq!(
+        (totals.calls, totals.input_tokens, totals.output_tokens),
+        (3, 60, 6)
+    );
+    assert!((totals.time_ms - 6.0).abs() < 1e-9);
+}
+
+#[tokio::test]
+async fn a_full_disk_rolls_back_the_write_and_keeps_what_was_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    store.append_messages(&lease, &[Msg::user("kept")]).await.unwrap();
+    // The database may not grow: what a full disk looks like to SQLite.
+    store.with_conn(|conn| {
+        let pages: i64 = conn.pragma_query_value(None, "page_count", |r| r.get(0)).unwrap();
+        conn.pragma_update(None, "max_page_count", pages).unwrap();
+    });
+    let big = Msg::user("x".repeat(256 * 1024));
+    let full = store.append_messages(&lease, &[big]).await;
+    assert!(matches!(full, Err(StoreError::DiskFull { .. })), "{full:?}");
+    assert!(full.unwrap_err().to_string().contains("disk is full"));
+    drop((lease, store));
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(texts(&store.messages(&session.id).await.unwrap()), ["kept"]);
+}
+
+#[tokio::test]
+async fn a_lease_of_another_store_is_refused() {
+    let one = SqliteStore::in_memory().unwrap();
+    let two = SqliteStore::in_memory().unwrap();
+    let (_, lease) = leased(&one, "s").await;
+    let wrong = two.append_messages(&lease, &[Msg::user("x")]).await;
+    assert!(matches!(wrong, Err(StoreError::ForeignLease)), "{wrong:?}");
+}
+
+#[test]
+fn works_without_a_runtime() {
+    let store = SqliteStore::in_memory().unwrap();
+    let created = futures::executor::block_on(store.create_session("s", &json!({})));
+    assert_eq!(created.unwrap().name, "s");
+}

@@ -1,0 +1,167 @@
+//! The [`SessionStore`] trait: what any durable store (SQLite here, Postgres later) provides.
+
+use std::any::Any;
+use std::fmt;
+
+use agentry::message::Msg;
+use agentry::model::ChatUsage;
+use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
+use agentry::{CallId, ReplyId};
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::{CallRecord, Grant, PendingApproval, Recovered, SessionId, SessionInfo, StoreError, UsageTotals};
+
+/// The right to write one session: one writer per session at a time, across processes.
+///
+/// Obtained from [`SessionStore::acquire`]; every write takes it, so code that only reads (a
+/// `sessions show` next to a running chat) cannot write by mistake. Dropping it releases the
+/// session. A lease also ends with its process, however the process ends (the SQLite store uses
+/// an OS file lock, which the kernel releases on `kill -9`; a Postgres store would use a
+/// session-level advisory lock, which ends with its connection), so a crash never leaves a
+/// session locked.
+pub struct Lease {
+    session: SessionId,
+    store: u128,
+    // What keeps the session locked (a locked file, a connection); released on drop.
+    _guard: Box<dyn Any + Send + Sync>,
+}
+
+impl Lease {
+    /// A lease on `session` for the store identified by `store`, held by `guard`. For store
+    /// implementations.
+    pub fn new(session: SessionId, store: u128, guard: Box<dyn Any + Send + Sync>) -> Self {
+        Lease {
+            session,
+            store,
+            _guard: guard,
+        }
+    }
+
+    /// The session this lease writes.
+    pub fn session(&self) -> &SessionId {
+        &self.session
+    }
+
+    /// The id of the store instance that issued it.
+    pub fn store(&self) -> u128 {
+        self.store
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease").field("session", &self.session).finish()
+    }
+}
+
+/// A durable store of sessions: conversations, tool calls, approvals, grants and usage.
+///
+/// Every write is one transaction, committed before the method returns (write-ahead: the caller
+/// announces a step only after the store returned). Writes take the session's [`Lease`];
+/// reads take the session id and can run from any process while a writer works.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    // ---- sessions ----
+
+    /// Creates a session named `name` with its agent configuration (a JSON object).
+    /// [`StoreError::NameTaken`] if the name is used.
+    async fn create_session(&self, name: &str, config: &Value) -> Result<SessionInfo, StoreError>;
+    /// The session with this id.
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError>;
+    /// The session with this name.
+    async fn session_named(&self, name: &str) -> Result<Option<SessionInfo>, StoreError>;
+    /// Every session, most recently updated first.
+    async fn sessions(&self) -> Result<Vec<SessionInfo>, StoreError>;
+    /// Deletes a session and everything of it (messages, calls, approvals, grants, usage).
+    /// Refused with [`StoreError::SessionBusy`] while a writer holds it, including this caller:
+    /// drop the lease first. Returns whether it existed.
+    async fn delete_session(&self, id: &SessionId) -> Result<bool, StoreError>;
+    /// Replaces the session's agent configuration.
+    async fn set_config(&self, lease: &Lease, config: &Value) -> Result<(), StoreError>;
+
+    // ---- the writer ----
+
+    /// Takes the session for writing. Fails at once with [`StoreError::SessionBusy`] when
+    /// another writer (another process, or another lease of this one) holds it: two writers
+    /// are never interleaved.
+    async fn acquire(&self, id: &SessionId) -> Result<Lease, StoreError>;
+    /// Recovery on load (spec Y4), in one transaction: every call found pending approval,
+    /// queued or running is closed as `Cancelled{reason: Restart}` with `INTERRUPTED_RESTART`
+    /// (or, when its result was stored already, marked as that result says); a call without a
+    /// result gets one, right after its message; orphan results are removed. Nothing is re-run.
+    /// Returns what it did and the messages as they now are (so a loader reads them once).
+    async fn recover(&self, lease: &Lease) -> Result<Recovered, StoreError>;
+
+    // ---- messages ----
+
+    /// The session's messages, in order.
+    async fn messages(&self, id: &SessionId) -> Result<Vec<Msg>, StoreError>;
+    /// Appends messages in order, skipping those whose id is stored; returns how many were added.
+    async fn append_messages(&self, lease: &Lease, msgs: &[Msg]) -> Result<usize, StoreError>;
+    /// Inserts messages right before the stored message `before` (appends when it is not
+    /// stored), skipping ids already stored; returns how many were added.
+    async fn insert_messages_before(
+        &self,
+        lease: &Lease,
+        before: &str,
+        msgs: &[Msg],
+    ) -> Result<usize, StoreError>;
+    /// Deletes messages by id; returns how many were deleted.
+    async fn delete_messages(&self, lease: &Lease, ids: &[String]) -> Result<usize, StoreError>;
+    /// Deletes every message of the session (its calls, approvals and grants stay).
+    async fn clear_messages(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    // ---- tool calls ----
+
+    /// Writes a call's record (inserting it or updating it). A terminal record never changes
+    /// (spec S1): writing over one returns `Ok(false)` and changes nothing.
+    async fn record_call(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError>;
+    /// The session's calls, in the order they were registered.
+    async fn calls(&self, id: &SessionId) -> Result<Vec<CallRecord>, StoreError>;
+
+    // ---- approvals ----
+
+    /// Marks a recorded, live call as waiting for approval with `request` (what the user is
+    /// asked). [`StoreError::CallNotFound`] for an unknown call; a terminal call is refused
+    /// with [`StoreError::NotPending`].
+    async fn request_approval(
+        &self,
+        lease: &Lease,
+        call_id: &CallId,
+        request: &ApprovalRequest,
+    ) -> Result<(), StoreError>;
+    /// Records the decision for a pending call: approved calls become queued, declined ones
+    /// `Declined` (the decision and its source are kept, Y3). The first decision wins: a call
+    /// not pending is refused with [`StoreError::NotPending`] (A16). Returns the updated record.
+    async fn resolve_approval(
+        &self,
+        lease: &Lease,
+        call_id: &CallId,
+        decision: &ApprovalDecision,
+        source: DecisionSource,
+    ) -> Result<CallRecord, StoreError>;
+    /// The calls waiting for approval, in order.
+    async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError>;
+
+    // ---- session grants (spec A12-A14) ----
+
+    /// Stores a grant (replacing one with the same key).
+    async fn put_grant(&self, lease: &Lease, grant: &Grant) -> Result<(), StoreError>;
+    /// Revokes a grant; returns whether there was one.
+    async fn revoke_grant(&self, lease: &Lease, key: &str) -> Result<bool, StoreError>;
+    /// The session's grants, oldest first.
+    async fn grants(&self, id: &SessionId) -> Result<Vec<Grant>, StoreError>;
+
+    // ---- usage ----
+
+    /// Records one model call's token use.
+    async fn record_usage(
+        &self,
+        lease: &Lease,
+        reply_id: Option<&ReplyId>,
+        usage: &ChatUsage,
+    ) -> Result<(), StoreError>;
+    /// The session's total token use.
+    async fn usage(&self, id: &SessionId) -> Result<UsageTotals, StoreError>;
+}

@@ -1,0 +1,11 @@
+//! The store's end-to-end tests: one test binary, one module per subject.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod agent;
+mod bad_files;
+mod common;
+mod grants;
+mod recovery;
+mod round_trip;
+mod writers;

@@ -1,0 +1,153 @@
+//! A session written, closed and read back.
+
+use agentry::memory::{Memory, check_tool_pairs};
+use agentry::message::{ContentBlock, MediaSource, Msg, Role};
+use agentry::tool::{CancelPhase, CancelReason, DecisionSource, ToolCallState};
+use agentry_store::{CallRecord, CallStatus, SessionMemory, SqliteStore};
+use serde_json::json;
+
+use crate::common::{calls, db, open, result, texts};
+
+#[tokio::test]
+async fn a_session_round_trips_with_messages_and_calls() {
+    let (_dir, path) = db();
+    let store = open(&path);
+    let config = json!({"model": "qwen", "sys_prompt": "be brief", "max_iters": 5});
+    let session = store.create_session("work", &config).await.unwrap();
+    let lease = store.acquire(&session.id).await.unwrap();
+
+    let mut user = Msg::user("look this up");
+    user.metadata.insert("k".into(), json!([1, 2]));
+    let call_msg = calls(&["c1", "c2"]);
+    let picture = Msg::new(
+        "bot",
+        Role::Assistant,
+        vec![
+            ContentBlock::thinking("hmm"),
+            ContentBlock::text("here"),
+            ContentBlock::Image {
+                source: MediaSource::Url {
+                    url: "https://example.com/a.png".into(),
+                },
+            },
+        ],
+    );
+    let written = vec![
+        user,
+        call_msg.clone(),
+        result("c1", "one"),
+        result("c2", "two"),
+        picture,
+    ];
+    store.append_messages(&lease, &written).await.unwrap();
+
+    let mut c1 = CallRecord::new("c1", "t", json!({"n": "c1"}));
+    c1.message_id = Some(call_msg.id.clone());
+    c1.reply_id = Some("r1".into());
+    c1.idempotent = true;
+    c1.decision_source = Some(DecisionSource::Auto);
+    c1.started_at = Some(chrono::Utc::now());
+    c1.status = CallStatus::Finished(ToolCallState::Completed);
+    c1.finished_at = Some(chrono::Utc::now());
+    let mut c2 = CallRecord::new("c2", "t", json!({"n": "c2"}));
+    c2.status = CallStatus::Finished(ToolCallState::Cancelled {
+        phase: CancelPhase::Running,
+        partial: true,
+        reason: CancelReason::User,
+    });
+    c2.partial_result = Some("half of it".into());
+    store.record_call(&lease, &c1).await.unwrap();
+    store.record_call(&lease, &c2).await.unwrap();
+    drop(lease);
+    drop(store);
+
+    let store = open(&path);
+    let found = store.session_named("work").await.unwrap().unwrap();
+    assert_eq!(found.id, session.id);
+    assert_eq!(found.config, config);
+    assert_eq!(found.message_count, 5);
+    let read = store.messages(&session.id).await.unwrap();
+    assert_eq!(read, written, "every message, in order, exactly as written");
+    assert_eq!(check_tool_pairs(&read), Ok(()));
+    let records = store.calls(&session.id).await.unwrap();
+    // Times are stored to the microsecond.
+    fn cut(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap()
+    }
+    let micros = |mut r: CallRecord| {
+        r.created_at = cut(r.created_at);
+        r.started_at = r.started_at.map(cut);
+        r.finished_at = r.finished_at.map(cut);
+        r
+    };
+    assert_eq!(records, vec![micros(c1), micros(c2.clone())]);
+    assert_eq!(records[1].status.phase(), Some(CancelPhase::Running));
+    assert_eq!(records[1].status.partial(), Some(true));
+    assert_eq!(records[1].status.stop_reason(), Some("user"));
+    assert_eq!(store.sessions().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn session_memory_reopens_with_the_same_messages_in_order() {
+    let (_dir, path) = db();
+    let memory = SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+        .await
+        .unwrap();
+    let first = Msg::user("1");
+    let tail = Msg::user("4");
+    memory
+        .add(vec![first.clone(), calls(&["a"]), tail.clone()])
+        .await
+        .unwrap();
+    // Parallel results are stored in call order before what follows them.
+    memory
+        .insert_before(&tail.id, vec![result("a", "3")])
+        .await
+        .unwrap();
+    memory.add(vec![first.clone()]).await.unwrap();
+    let before = memory.messages().await.unwrap();
+    assert_eq!(texts(&before), ["1", "", "3", "4"]);
+    drop(memory);
+
+    // Another store instance on the same file: what a new process sees.
+    let store = std::sync::Arc::new(SqliteStore::open(&path).unwrap());
+    let again = SessionMemory::open_or_create(store, "chat", &json!({}))
+        .await
+        .unwrap();
+    assert!(again.recovery().is_empty());
+    assert_eq!(again.messages().await.unwrap(), before);
+    assert_eq!(again.size().await.unwrap(), 4);
+    again.delete(std::slice::from_ref(&first.id)).await.unwrap();
+    again.clear().await.unwrap();
+    assert!(
+        again
+            .store()
+            .messages(&again.session().id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn names_are_unique_and_deleting_removes_everything() {
+    let (_dir, path) = db();
+    let store = open(&path);
+    let session = store.create_session("a", &json!({})).await.unwrap();
+    let taken = store.create_session("a", &json!({})).await;
+    assert!(
+        matches!(taken, Err(agentry_store::StoreError::NameTaken(_))),
+        "{taken:?}"
+    );
+    let lease = store.acquire(&session.id).await.unwrap();
+    store.append_messages(&lease, &[Msg::user("x")]).await.unwrap();
+    drop(lease);
+    assert!(store.delete_session(&session.id).await.unwrap());
+    assert!(store.session(&session.id).await.unwrap().is_none());
+    let gone = store.messages(&session.id).await;
+    assert!(
+        matches!(gone, Err(agentry_store::StoreError::SessionNotFound(_))),
+        "{gone:?}"
+    );
+    assert!(!store.delete_session(&session.id).await.unwrap());
+}
