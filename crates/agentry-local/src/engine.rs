@@ -301,16 +301,14 @@ impl Engine {
                 // Small models go on writing after a call (another copy of it, another call
                 // with arguments nobody constrains, an answer they have not got yet): only
                 // the call's closing tag or fence may follow it, and it ends the turn.
-                let after = call_end.map(|at| {
-                    let mut tail = text.get(at..).unwrap_or_default().to_owned();
-                    tail.push_str(&piece);
-                    after_call(&tail)
-                });
+                let before = text.len();
+                text.push_str(&piece);
+                let after = call_end.map(|at| after_call(text.get(at..).unwrap_or_default()));
                 if after == Some(AfterCall::Stray) {
+                    text.truncate(before);
                     end = End::Stop;
                     break;
                 }
-                text.push_str(&piece);
                 if !on_text(&text) {
                     end = End::Abandoned;
                     break;

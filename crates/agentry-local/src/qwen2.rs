@@ -3,10 +3,10 @@
 //! runs the new tokens.
 
 use candle_core::quantized::{GgmlDType, QTensor, ggml_file, gguf_file};
-
-use crate::linear::QuantLinear;
 use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
+
+use crate::linear::QuantLinear;
 
 /// The shape of the network, from the GGUF metadata.
 #[derive(Debug, Clone)]
@@ -282,29 +282,25 @@ impl Qwen2 {
                 self.cos.dim(0)?
             )));
         }
-        let mut logits = None;
+        let mut last = None;
         for chunk in tokens.chunks(Self::PROMPT_CHUNK) {
-            logits = Some(self.forward_chunk(chunk)?);
+            last = Some(self.forward_chunk(chunk)?);
         }
-        logits.ok_or_else(|| candle_core::Error::Msg("no tokens to run".into()))
+        // Only the last position of the last chunk needs the output projection.
+        let last = last.ok_or_else(|| candle_core::Error::Msg("no tokens to run".into()))?;
+        self.output
+            .forward(&self.norm.forward(&last)?)?
+            .squeeze(0)?
+            .to_dtype(DType::F32)
     }
 
     /// Tokens run at once at most.
     const PROMPT_CHUNK: usize = 512;
 
+    /// Runs a non-empty chunk that fits the context; the hidden state of its last position.
     fn forward_chunk(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let pos = self.cached;
         let len = tokens.len();
-        if len == 0 {
-            return Err(candle_core::Error::Msg("no tokens to run".into()));
-        }
-        if pos + len > self.cos.dim(0)? {
-            return Err(candle_core::Error::Msg(format!(
-                "the conversation ({} tokens) is longer than the model's context of {} tokens",
-                pos + len,
-                self.cos.dim(0)?
-            )));
-        }
         let device = self.cos.device().clone();
         let mask = (len > 1).then(|| causal_mask(len, pos, &device)).transpose()?;
         let cos = self.cos.narrow(0, pos, len)?;
@@ -325,8 +321,7 @@ impl Qwen2 {
             x = (layer.down.forward(&gated)? + x)?;
         }
         self.cached = pos + len;
-        let last = self.norm.forward(&x)?.i((.., len - 1, ..))?;
-        self.output.forward(&last)?.squeeze(0)?.to_dtype(DType::F32)
+        x.i((.., len - 1, ..))
     }
 }
 
