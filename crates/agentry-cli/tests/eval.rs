@@ -343,34 +343,39 @@ async fn a_set_naming_a_missing_tool_is_refused_before_the_model_is_asked() {
     assert!(text(&out.stderr).contains("no prompt with id \"nope\""));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_written_as_text_are_recovered_and_counted() {
+/// What small models often do: the call as JSON in the text instead of a real call.
+const CALL_AS_TEXT: &str =
+    "```json\n{\"name\": \"calculate\", \"arguments\": {\"expression\": \"6*7\"}}\n```";
+
+/// Runs the tiny set's first prompt alone against `replies`, with `flags` added: the summary,
+/// the prompt's record, and the fake server.
+async fn eval_first_prompt(replies: Vec<Reply>, flags: &[&str]) -> (Value, Value, FakeLlm) {
     let dir = tempfile::tempdir().unwrap();
     let mut set = tiny_set();
     set["prompts"] = json!([set["prompts"][0].clone()]);
     let set = write_set(dir.path(), &set);
     let out_file = dir.path().join("out.jsonl");
     let fake = FakeLlm::start().await;
-    // What small models often do: the call as JSON in the text instead of a real call.
-    fake.push(Reply::text(
-        "```json\n{\"name\": \"calculate\", \"arguments\": {\"expression\": \"6*7\"}}\n```",
-    ));
-    fake.push(Reply::text("It is 42."));
-    let out = agentry(
-        eval_args(
-            &fake.base_url(),
-            &set,
-            &["--json", "--out", &out_file.display().to_string()],
-        ),
-        dir.path(),
-    )
-    .await;
+    for reply in replies {
+        fake.push(reply);
+    }
+    let out_flag = out_file.display().to_string();
+    let mut extra = vec!["--json", "--out", &out_flag];
+    extra.extend_from_slice(flags);
+    let out = agentry(eval_args(&fake.base_url(), &set, &extra), dir.path()).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let record: Value = serde_json::from_str(std::fs::read_to_string(&out_file).unwrap().trim()).unwrap();
+    (summary, record, fake)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_written_as_text_are_recovered_and_counted() {
+    let (summary, record, _fake) =
+        eval_first_prompt(vec![Reply::text(CALL_AS_TEXT), Reply::text("It is 42.")], &[]).await;
     assert_eq!(summary["total"]["ok"], 1, "{summary}");
     assert_eq!(summary["total"]["calls"], 1, "{summary}");
     assert_eq!(summary["total"]["text_calls"], 1, "{summary}");
-    let record: Value = serde_json::from_str(std::fs::read_to_string(&out_file).unwrap().trim()).unwrap();
     assert_eq!(
         record["calls"],
         json!([{"tool": "calculate", "args": {"expression": "6*7"}, "failed": false, "from_text": true}])
@@ -379,35 +384,12 @@ async fn calls_written_as_text_are_recovered_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_tool_shim_a_call_written_as_text_stays_the_answer() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut set = tiny_set();
-    set["prompts"] = json!([set["prompts"][0].clone()]);
-    let set = write_set(dir.path(), &set);
-    let out_file = dir.path().join("out.jsonl");
-    let fake = FakeLlm::start().await;
-    let written = "```json\n{\"name\": \"calculate\", \"arguments\": {\"expression\": \"6*7\"}}\n```";
-    fake.push(Reply::text(written));
-    let out = agentry(
-        eval_args(
-            &fake.base_url(),
-            &set,
-            &[
-                "--json",
-                "--no-tool-shim",
-                "--out",
-                &out_file.display().to_string(),
-            ],
-        ),
-        dir.path(),
-    )
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (summary, record, fake) =
+        eval_first_prompt(vec![Reply::text(CALL_AS_TEXT)], &["--no-tool-shim"]).await;
     assert_eq!(summary["total"]["calls"], 0, "{summary}");
     assert_eq!(summary["total"]["ok"], 0, "{summary}");
-    let record: Value = serde_json::from_str(std::fs::read_to_string(&out_file).unwrap().trim()).unwrap();
     assert_eq!(record["calls"], json!([]));
-    assert_eq!(record["answer"], written);
+    assert_eq!(record["answer"], CALL_AS_TEXT);
     assert_eq!(fake.requests().len(), 1, "one request: the text was the answer");
 }
 
