@@ -10,11 +10,11 @@
 use std::collections::{HashMap, HashSet};
 
 use agentry::CallId;
-use agentry::memory::{check_tool_pairs, repair_tool_pairs};
+use agentry::memory::{check_tool_pairs, interrupted_by_restart, repair_tool_pairs};
 use agentry::message::{ContentBlock, Msg, ToolResultBlock};
-use agentry::tool::{CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState};
+use agentry::tool::{CancelPhase, CancelReason, ToolCallState};
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::{CallRecord, CallStatus, Recovery};
 
@@ -58,19 +58,11 @@ fn state_of_result(msg: &Msg, result: &ToolResultBlock) -> ToolCallState {
 }
 
 fn interrupted_result(id: CallId, name: String, state: &ToolCallState, now: DateTime<Utc>) -> Msg {
-    let mut record = serde_json::to_value(state).unwrap_or(Value::Null);
-    if let Value::Object(map) = &mut record {
-        map.insert("finished_at".into(), Value::String(now.to_rfc3339()));
+    let mut result = interrupted_by_restart(id, name, state);
+    if let Some(Value::Object(record)) = result.metadata.get_mut("tool_call") {
+        record.insert("finished_at".into(), Value::String(now.to_rfc3339()));
     }
-    let mut metadata = Map::new();
-    metadata.insert("tool_call".into(), record);
-    Msg::tool_result(ToolResultBlock {
-        id,
-        name,
-        output: vec![ContentBlock::text(INTERRUPTED_RESTART)],
-        is_error: true,
-    })
-    .with_metadata(metadata)
+    result
 }
 
 /// Plans the recovery of a session holding `msgs` (in order) and `calls`.
@@ -216,6 +208,7 @@ fn note(report: &mut Recovery, record: &CallRecord, interrupted: bool) {
 mod tests {
     use super::*;
     use agentry::message::{Role, ToolUseBlock};
+    use agentry::tool::INTERRUPTED_RESTART;
     use serde_json::json;
 
     fn call(id: &str) -> ContentBlock {

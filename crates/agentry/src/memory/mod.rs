@@ -167,6 +167,26 @@ pub fn check_tool_pairs(msgs: &[Msg]) -> Result<(), String> {
     Ok(())
 }
 
+/// The result that closes call `id` of tool `name` when the agent stopped before it finished
+/// (spec Y4): `INTERRUPTED_RESTART` as an error, with `state` in the message's `tool_call`
+/// metadata.
+pub fn interrupted_by_restart(id: CallId, name: String, state: &crate::tool::ToolCallState) -> Msg {
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(
+        "tool_call".into(),
+        serde_json::to_value(state).unwrap_or(serde_json::Value::Null),
+    );
+    Msg::tool_result(crate::message::ToolResultBlock {
+        id,
+        name,
+        output: vec![crate::message::ContentBlock::text(
+            crate::tool::INTERRUPTED_RESTART,
+        )],
+        is_error: true,
+    })
+    .with_metadata(metadata)
+}
+
 /// Restores the pairing rule (spec Y4): every call of an assistant message gets exactly one
 /// result right after it, in call order: its first result found anywhere later, or an
 /// `INTERRUPTED_RESTART` result (`Cancelled{reason: Restart}`) when it has none. Results that
@@ -175,7 +195,7 @@ pub fn repair_tool_pairs(msgs: Vec<Msg>) -> Vec<Msg> {
     use std::collections::HashMap;
 
     use crate::message::{ContentBlock, ToolResultBlock};
-    use crate::tool::{CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState};
+    use crate::tool::{CancelPhase, CancelReason, ToolCallState};
 
     // The first result block for every id, with the metadata of its message.
     let mut results: HashMap<CallId, (ToolResultBlock, serde_json::Map<String, serde_json::Value>)> =
@@ -203,25 +223,15 @@ pub fn repair_tool_pairs(msgs: Vec<Msg>) -> Vec<Msg> {
         for (id, name) in calls {
             let answer = match results.remove(&id) {
                 Some((block, metadata)) => Msg::tool_result(block).with_metadata(metadata),
-                None => {
-                    let state = ToolCallState::Cancelled {
+                None => interrupted_by_restart(
+                    id,
+                    name,
+                    &ToolCallState::Cancelled {
                         phase: CancelPhase::Running,
                         partial: false,
                         reason: CancelReason::Restart,
-                    };
-                    let mut metadata = serde_json::Map::new();
-                    metadata.insert(
-                        "tool_call".into(),
-                        serde_json::to_value(&state).unwrap_or(serde_json::Value::Null),
-                    );
-                    Msg::tool_result(ToolResultBlock {
-                        id,
-                        name,
-                        output: vec![ContentBlock::text(INTERRUPTED_RESTART)],
-                        is_error: true,
-                    })
-                    .with_metadata(metadata)
-                }
+                    },
+                ),
             };
             out.push(answer);
         }
