@@ -78,7 +78,9 @@ def main():
                 {"role": "tool", "tool_call_id": calls[0]["id"], "content": "7006652"}]
             done, round_trip = post({"messages": with_result, "tools": tools, "max_tokens": max_tokens,
                                      "temperature": 0})
-            tool_answer = done["choices"][0]["message"].get("content")
+            answer = done["choices"][0]["message"]
+            # A second call instead of an answer is not a round trip: say so in the output.
+            tool_answer = answer.get("content") or {"tool_calls": [c["function"] for c in answer.get("tool_calls") or []]}
 
         peak = 0.0
         with open(f"/proc/{proc.pid}/status") as status:

@@ -57,7 +57,11 @@ async fn tool_round_trip(model: Arc<LocalModel>) -> Result<(f64, f64, String), B
     let started = Instant::now();
     let mut run = agent.start_reply(Msg::user("What is 1234 times 5678?"));
     let mut result_at = None;
+    let trace = std::env::var_os("SPEED_TRACE").is_some();
     while let Some(event) = run.next_event().await {
+        if trace {
+            eprintln!("{:7.2}s {event:?}", started.elapsed().as_secs_f64());
+        }
         if matches!(event, AgentEvent::ToolFinished { .. }) {
             result_at = Some(Instant::now());
         }

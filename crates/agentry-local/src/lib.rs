@@ -27,6 +27,7 @@ mod prefix_store;
 mod provider;
 #[cfg(feature = "pull")]
 mod pull;
+mod q8_kernel;
 mod qwen2;
 mod template;
 
