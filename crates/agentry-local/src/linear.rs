@@ -12,7 +12,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Module, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::q8_kernel::{self, Q8Activations};
+use crate::q8_kernel::{self, Q8Activations, Q8Block};
 
 /// Rows computed by one task: few enough tasks that scheduling costs nothing next to the work.
 const ROWS_PER_TASK: usize = 256;
@@ -116,22 +116,10 @@ fn q8_matmul(weights: &QTensor, x: &Tensor) -> Result<(usize, Vec<f32>)> {
     by_row
         .par_chunks_mut(band * tokens.len())
         .zip(blocks.par_chunks(band * per_row))
-        .for_each(|(out, blocks)| {
-            let mut groups = tokens.chunks_exact(q8_kernel::TOKENS);
-            let mut first = 0;
-            for group in groups.by_ref() {
-                let group = [&group[0], &group[1], &group[2], &group[3]];
-                for (r, row) in blocks.chunks_exact(per_row).enumerate() {
-                    let products = q8_kernel::dot(row, group);
-                    out[r * tokens.len() + first..][..products.len()].copy_from_slice(&products);
-                }
-                first += q8_kernel::TOKENS;
-            }
-            for (t, token) in groups.remainder().iter().enumerate() {
-                for (r, row) in blocks.chunks_exact(per_row).enumerate() {
-                    out[r * tokens.len() + first + t] = q8_kernel::dot(row, [token])[0];
-                }
-            }
+        .for_each(|(out, blocks)| match tokens.len() {
+            // One token reads each weight once: tiles of two or four rows measured slower.
+            1 => band_products::<1, 1>(blocks, per_row, &tokens, out),
+            _ => band_products::<2, { q8_kernel::TOKENS }>(blocks, per_row, &tokens, out),
         });
     if tokens.len() == 1 {
         return Ok((rows, by_row));
@@ -143,6 +131,56 @@ fn q8_matmul(weights: &QTensor, x: &Tensor) -> Result<(usize, Vec<f32>)> {
         }
     }
     Ok((rows, by_token))
+}
+
+/// A band of weight rows times every token into `out`, `(row, token)`, in tiles of `R` rows by
+/// `N` tokens and single rows and tokens for what is left.
+fn band_products<const R: usize, const N: usize>(
+    blocks: &[Q8Block],
+    per_row: usize,
+    tokens: &[Q8Activations],
+    out: &mut [f32],
+) {
+    let mut first = 0;
+    let mut groups = tokens.chunks_exact(N);
+    for group in groups.by_ref() {
+        let group: [&Q8Activations; N] = std::array::from_fn(|i| &group[i]);
+        rows_times::<R, N>(blocks, per_row, group, first, tokens.len(), out);
+        first += N;
+    }
+    for token in groups.remainder() {
+        rows_times::<R, 1>(blocks, per_row, [token], first, tokens.len(), out);
+        first += 1;
+    }
+}
+
+/// Every row of `blocks` times the `N` tokens of `group`, written at `first` in rows of `stride`.
+fn rows_times<const R: usize, const N: usize>(
+    blocks: &[Q8Block],
+    per_row: usize,
+    group: [&Q8Activations; N],
+    first: usize,
+    stride: usize,
+    out: &mut [f32],
+) {
+    let mut write = |row: usize, products: &[f32; N]| {
+        if let Some(place) = out.get_mut(row * stride + first..row * stride + first + N) {
+            place.copy_from_slice(products);
+        }
+    };
+    let mut tiles = blocks.chunks_exact(R * per_row);
+    let mut row = 0;
+    for tile in tiles.by_ref() {
+        let rows: [&[Q8Block]; R] = std::array::from_fn(|i| &tile[i * per_row..(i + 1) * per_row]);
+        for products in q8_kernel::tile(rows, group) {
+            write(row, &products);
+            row += 1;
+        }
+    }
+    for single in tiles.remainder().chunks_exact(per_row) {
+        write(row, &q8_kernel::tile([single], group)[0]);
+        row += 1;
+    }
 }
 
 /// The blocks of a quantized tensor's storage.
@@ -199,34 +237,39 @@ mod tests {
     }
 
     #[test]
-    fn a_prompt_of_q8_0_rows_matches_candles_product_token_by_token() {
+    fn q8_0_rows_match_candles_product_token_by_token() {
         let device = Device::Cpu;
-        // 130 rows: two bands and a part; 7 tokens: a group of four and a remainder of three.
-        let values: Vec<f32> = (0..130 * 64)
+        // 131 rows: two bands and three rows, one tile of two and a single; seven tokens: a
+        // group of four and three single tokens; one token: tiles of four rows and three singles.
+        let values: Vec<f32> = (0..131 * 64)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
             .collect();
-        let weights = Tensor::from_vec(values, (130, 64), &device).unwrap();
-        let x: Vec<f32> = (0..7 * 64).map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0).collect();
-        let x = Tensor::from_vec(x, (1, 7, 64), &device).unwrap();
-        let reference = QMatMul::from_qtensor(QTensor::quantize(&weights, GgmlDType::Q8_0).unwrap())
-            .unwrap()
-            .forward(&x)
-            .unwrap();
-        let ours = QuantLinear::new(QTensor::quantize(&weights, GgmlDType::Q8_0).unwrap())
-            .unwrap()
-            .forward(&x)
-            .unwrap();
-        assert_eq!(ours.dims(), &[1, 7, 130]);
-        let difference = (ours - reference)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        assert!(difference < 1e-3, "differs by {difference}");
+        let weights = Tensor::from_vec(values, (131, 64), &device).unwrap();
+        for tokens in [1, 7] {
+            let x: Vec<f32> = (0..tokens * 64)
+                .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
+                .collect();
+            let x = Tensor::from_vec(x, (1, tokens, 64), &device).unwrap();
+            let reference = QMatMul::from_qtensor(QTensor::quantize(&weights, GgmlDType::Q8_0).unwrap())
+                .unwrap()
+                .forward(&x)
+                .unwrap();
+            let ours = QuantLinear::new(QTensor::quantize(&weights, GgmlDType::Q8_0).unwrap())
+                .unwrap()
+                .forward(&x)
+                .unwrap();
+            assert_eq!(ours.dims(), &[1, tokens, 131]);
+            let difference = (ours - reference)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(difference < 1e-3, "{tokens} tokens: differs by {difference}");
+        }
     }
 }

@@ -88,31 +88,38 @@ fn vector_path() -> bool {
     false
 }
 
-/// `row · x` for each of `N` tokens. Every activation must have `row.len()` blocks; one that
-/// has not gives 0 (callers check the shapes first).
-pub(crate) fn dot<const N: usize>(row: &[Q8Block], xs: [&Q8Activations; N]) -> [f32; N] {
-    if xs.iter().any(|x| x.len() != row.len()) {
-        return [0.0; N];
+/// `row · x` for each of `R` rows and `N` tokens, `[row][token]`. Every row and activation must
+/// have the same number of blocks; a tile where they differ gives zeros (callers check the
+/// shapes first).
+pub(crate) fn tile<const R: usize, const N: usize>(
+    rows: [&[Q8Block]; R],
+    xs: [&Q8Activations; N],
+) -> [[f32; N]; R] {
+    let blocks = rows.first().map_or(0, |row| row.len());
+    if rows.iter().any(|row| row.len() != blocks) || xs.iter().any(|x| x.len() != blocks) {
+        return [[0.0; N]; R];
     }
     #[cfg(target_arch = "x86_64")]
     if vector_path() {
-        // SAFETY: the CPU features were detected above, and every activation has `row.len()`
-        // blocks and scales (checked above; one scale per block by construction).
-        return unsafe { avx2::dot(row, xs) };
+        // SAFETY: the CPU features were detected above, and every row and activation has
+        // `blocks` blocks (checked above; one scale per activation block by construction).
+        return unsafe { avx2::tile(rows, xs) };
     }
-    xs.map(|x| {
-        row.iter()
-            .zip(x.values.iter().zip(&x.scales))
-            .map(|(w, (values, scale))| {
-                let sum: i32 = w
-                    .values
-                    .iter()
-                    .zip(values)
-                    .map(|(a, b)| i32::from(*a) * i32::from(*b))
-                    .sum();
-                w.scale.to_f32() * scale * sum as f32
-            })
-            .sum()
+    rows.map(|row| {
+        xs.map(|x| {
+            row.iter()
+                .zip(x.values.iter().zip(&x.scales))
+                .map(|(w, (values, scale))| {
+                    let sum: i32 = w
+                        .values
+                        .iter()
+                        .zip(values)
+                        .map(|(a, b)| i32::from(*a) * i32::from(*b))
+                        .sum();
+                    w.scale.to_f32() * scale * sum as f32
+                })
+                .sum()
+        })
     })
 }
 
@@ -122,30 +129,39 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     /// # Safety
-    /// The CPU has AVX2, FMA and F16C; every activation has `row.len()` blocks and scales.
+    /// The CPU has AVX2, FMA and F16C; every activation has as many blocks and scales as every
+    /// row.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot<const N: usize>(row: &[Q8Block], xs: [&Q8Activations; N]) -> [f32; N] {
+    pub(super) unsafe fn tile<const R: usize, const N: usize>(
+        rows: [&[Q8Block]; R],
+        xs: [&Q8Activations; N],
+    ) -> [[f32; N]; R] {
         let ones = _mm256_set1_epi16(1);
-        let mut sums = [_mm256_setzero_ps(); N];
-        for (j, block) in row.iter().enumerate() {
-            // SAFETY: 32 bytes read from a 32-byte array.
-            let weights = unsafe { _mm256_loadu_si256(block.values.as_ptr().cast::<__m256i>()) };
-            let magnitudes = _mm256_sign_epi8(weights, weights);
-            let weight_scale =
-                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(block.scale.to_bits()))));
-            for (sum, x) in sums.iter_mut().zip(xs) {
-                // SAFETY: `j < row.len()`, the length of `values` and `scales` (caller).
-                let (values, scale) = unsafe { (x.values.get_unchecked(j), *x.scales.get_unchecked(j)) };
+        let mut sums = [[_mm256_setzero_ps(); N]; R];
+        let blocks = rows.first().map_or(0, |row| row.len());
+        for j in 0..blocks {
+            for (row, sums) in rows.iter().zip(sums.iter_mut()) {
+                // SAFETY: `j < blocks`, the length of every row (caller).
+                let block = unsafe { row.get_unchecked(j) };
                 // SAFETY: 32 bytes read from a 32-byte array.
-                let values = unsafe { _mm256_loadu_si256(values.as_ptr().cast::<__m256i>()) };
-                // |w| times x carrying w's sign: unsigned by signed bytes, as the instruction needs.
-                let signed = _mm256_sign_epi8(values, weights);
-                let pairs = _mm256_maddubs_epi16(magnitudes, signed);
-                let products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-                *sum = _mm256_fmadd_ps(_mm256_set1_ps(weight_scale * scale), products, *sum);
+                let weights = unsafe { _mm256_loadu_si256(block.values.as_ptr().cast::<__m256i>()) };
+                let magnitudes = _mm256_sign_epi8(weights, weights);
+                let weight_scale =
+                    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(block.scale.to_bits()))));
+                for (sum, x) in sums.iter_mut().zip(xs) {
+                    // SAFETY: `j < blocks`, the length of `values` and `scales` (caller).
+                    let (values, scale) = unsafe { (x.values.get_unchecked(j), *x.scales.get_unchecked(j)) };
+                    // SAFETY: 32 bytes read from a 32-byte array.
+                    let values = unsafe { _mm256_loadu_si256(values.as_ptr().cast::<__m256i>()) };
+                    // |w| times x carrying w's sign: unsigned by signed bytes, as the instruction needs.
+                    let signed = _mm256_sign_epi8(values, weights);
+                    let pairs = _mm256_maddubs_epi16(magnitudes, signed);
+                    let products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    *sum = _mm256_fmadd_ps(_mm256_set1_ps(weight_scale * scale), products, *sum);
+                }
             }
         }
-        sums.map(|sum| horizontal_sum(sum))
+        sums.map(|sums| sums.map(|sum| horizontal_sum(sum)))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -175,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn several_tokens_per_row_match_the_plain_sum() {
+    fn a_tile_of_rows_and_tokens_matches_the_plain_sum() {
         let weights: Vec<f32> = (0..256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
         let row = row(&weights);
         let tokens: Vec<Q8Activations> = (0..TOKENS)
@@ -187,7 +203,8 @@ mod tests {
                 )
             })
             .collect();
-        let ours = dot(&row, [&tokens[0], &tokens[1], &tokens[2], &tokens[3]]);
+        let [ours, again] = tile([&row, &row], [&tokens[0], &tokens[1], &tokens[2], &tokens[3]]);
+        assert_eq!(ours, again);
         for (t, value) in ours.iter().enumerate() {
             let exact: f32 = (0..256)
                 .map(|i| weights[i] * (((i * 13 + t * 7) % 17) as f32 - 8.0))
@@ -197,6 +214,6 @@ mod tests {
                 "token {t}: {value} against {exact}"
             );
         }
-        assert_eq!(dot(&row, [&tokens[2]])[0], ours[2]);
+        assert_eq!(tile([&row], [&tokens[2]])[0][0], ours[2]);
     }
 }
