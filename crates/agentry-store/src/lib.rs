@@ -40,6 +40,7 @@
 
 mod error;
 mod memory;
+mod recorder;
 mod recovery;
 mod sqlite;
 mod store;
@@ -47,6 +48,7 @@ mod types;
 
 pub use error::StoreError;
 pub use memory::SessionMemory;
+pub use recorder::CallRecorder;
 pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Lease, SessionStore};
 pub use types::{

@@ -46,7 +46,7 @@ fn interrupted_state(status: Option<&CallStatus>) -> ToolCallState {
 
 /// The state a stored result says its call ended in: the `tool_call` record the agent writes in
 /// its metadata, or, without one, completed or failed after its error flag.
-fn state_of_result(msg: &Msg, result: &ToolResultBlock) -> ToolCallState {
+pub(crate) fn state_of_result(msg: &Msg, result: &ToolResultBlock) -> ToolCallState {
     msg.metadata
         .get("tool_call")
         .and_then(|v| serde_json::from_value::<ToolCallState>(v.clone()).ok())

@@ -117,6 +117,11 @@ pub trait SessionStore: Send + Sync {
     /// Writes a call's record (inserting it or updating it). A terminal record never changes
     /// (spec S1): writing over one returns `Ok(false)` and changes nothing.
     async fn record_call(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError>;
+    /// Marks a live call as running from `at` in reply `reply` (its body is about to start, as
+    /// far as the agent's hooks can tell: see [`CallRecorder`](crate::CallRecorder)), with the
+    /// arguments it runs with; registers it if unknown. A terminal call is left alone:
+    /// `Ok(false)`.
+    async fn call_started(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError>;
     /// The session's calls, in the order they were registered.
     async fn calls(&self, id: &SessionId) -> Result<Vec<CallRecord>, StoreError>;
 

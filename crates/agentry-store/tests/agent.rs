@@ -6,8 +6,8 @@ use agentry::ReActAgent;
 use agentry::memory::{Memory, check_tool_pairs};
 use agentry::message::{ContentBlock, Msg, ToolUseBlock};
 use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
-use agentry::tool::{INTERRUPTED_RESTART, Toolkit, tool};
-use agentry_store::SessionMemory;
+use agentry::tool::{CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState, Toolkit, tool};
+use agentry_store::{CallRecorder, CallStatus, SessionMemory};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -160,4 +160,160 @@ async fn y4_the_model_is_told_a_call_was_interrupted_by_the_restart() {
         .unwrap();
     assert_eq!(told.text(), INTERRUPTED_RESTART);
     assert!(told.is_error);
+}
+
+/// A `wait` tool that says when its body starts and then runs until `release` is notified.
+fn waiting_agent(
+    memory: Arc<SessionMemory>,
+) -> (
+    ReActAgent,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    Arc<tokio::sync::Notify>,
+) {
+    struct WaitOnce;
+    impl ChatModel for WaitOnce {
+        fn model_name(&self) -> &str {
+            "wait-once"
+        }
+        fn is_streaming(&self) -> bool {
+            false
+        }
+        fn chat(&self, request: ChatRequest) -> ChatStream {
+            let answered = request
+                .messages
+                .last()
+                .is_some_and(|m| m.tool_results().next().is_some());
+            let content = if answered {
+                vec![ContentBlock::text("done")]
+            } else {
+                vec![ContentBlock::ToolUse(ToolUseBlock {
+                    id: "w1".into(),
+                    name: "wait".into(),
+                    input: json!({"what": "the gate"}),
+                    raw_input: None,
+                })]
+            };
+            futures::stream::once(async move {
+                Ok(ChatResponse {
+                    content,
+                    ..ChatResponse::default()
+                })
+            })
+            .boxed()
+        }
+    }
+    let (started_tx, started) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = Arc::clone(&release);
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(agentry::tool::FunctionTool::new(
+            "wait",
+            "Waits for the gate.",
+            json!({"type": "object", "properties": {"what": {"type": "string"}}}),
+            move |_, _| {
+                let started_tx = started_tx.clone();
+                let gate = Arc::clone(&gate);
+                agentry::tool::once(async move {
+                    let _ = started_tx.send(());
+                    gate.notified().await;
+                    "opened".to_owned()
+                })
+            },
+        ))
+        .unwrap();
+    let agent = ReActAgent::builder()
+        .name("bot")
+        .model(WaitOnce)
+        .toolkit(toolkit)
+        .memory(Arc::clone(&memory))
+        .hook("session-calls", CallRecorder::new(memory))
+        .build()
+        .unwrap();
+    (agent, started, release)
+}
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(20), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen within 20 s"))
+}
+
+#[tokio::test]
+async fn a_call_is_recorded_when_made_when_started_and_with_its_result() {
+    let (_dir, path) = db();
+    let memory = Arc::new(
+        SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+            .await
+            .unwrap(),
+    );
+    let id = memory.session().id.clone();
+    let (agent, mut started, release) = waiting_agent(Arc::clone(&memory));
+    let reply = tokio::spawn(async move { agent.reply(Msg::user("wait")).await });
+    within("the tool's start", started.recv()).await;
+
+    // Read by another connection, as another process would.
+    let running = open(&path).calls(&id).await.unwrap();
+    assert_eq!(running.len(), 1);
+    let call = &running[0];
+    assert_eq!(
+        call.status,
+        CallStatus::Running,
+        "marked running before the body ran"
+    );
+    assert_eq!(call.tool_name, "wait");
+    assert_eq!(call.arguments, json!({"what": "the gate"}));
+    assert!(call.started_at.is_some() && call.reply_id.is_some());
+    let stored = memory.messages().await.unwrap();
+    assert_eq!(
+        call.message_id.as_deref(),
+        Some(stored[1].id.as_str()),
+        "registered with the assistant message that made it"
+    );
+
+    release.notify_one();
+    within("the reply", reply).await.unwrap().unwrap();
+    let finished = open(&path).calls(&id).await.unwrap();
+    assert_eq!(finished[0].status, CallStatus::Finished(ToolCallState::Completed));
+    assert!(finished[0].finished_at.is_some());
+    assert_eq!(finished[0].started_at, call.started_at, "the start is kept");
+}
+
+#[tokio::test]
+async fn y4_a_call_that_was_running_when_the_process_died_may_have_partly_run() {
+    let (_dir, path) = db();
+    let memory = Arc::new(
+        SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+            .await
+            .unwrap(),
+    );
+    let id = memory.session().id.clone();
+    let (agent, mut started, _release) = waiting_agent(Arc::clone(&memory));
+    let reply = tokio::spawn(async move { agent.reply(Msg::user("wait")).await });
+    within("the tool's start", started.recv()).await;
+    // The process dies: nothing after this point runs, not even a cancel.
+    reply.abort();
+    let _ = reply.await;
+    drop(memory);
+
+    let memory = SessionMemory::open(open(&path), &id).await.unwrap();
+    let calls = memory.store().calls(&id).await.unwrap();
+    assert_eq!(
+        calls[0].status,
+        CallStatus::Finished(ToolCallState::Cancelled {
+            phase: CancelPhase::Running,
+            partial: false,
+            reason: CancelReason::Restart,
+        }),
+        "a call whose body started is closed as possibly run"
+    );
+    let result = memory
+        .messages()
+        .await
+        .unwrap()
+        .iter()
+        .flat_map(Msg::tool_results)
+        .map(|r| r.text())
+        .collect::<Vec<_>>();
+    assert_eq!(result, [INTERRUPTED_RESTART]);
 }

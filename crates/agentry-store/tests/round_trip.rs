@@ -39,7 +39,6 @@ async fn a_session_round_trips_with_messages_and_calls() {
         result("c2", "two"),
         picture,
     ];
-    store.append_messages(&lease, &written).await.unwrap();
 
     let mut c1 = CallRecord::new("c1", "t", json!({"n": "c1"}));
     c1.message_id = Some(call_msg.id.clone());
@@ -58,6 +57,8 @@ async fn a_session_round_trips_with_messages_and_calls() {
     c2.partial_result = Some("half of it".into());
     store.record_call(&lease, &c1).await.unwrap();
     store.record_call(&lease, &c2).await.unwrap();
+    // After the records, so the results find their calls closed already (S1: kept as written).
+    store.append_messages(&lease, &written).await.unwrap();
     drop(lease);
     drop(store);
 
@@ -150,4 +151,56 @@ async fn names_are_unique_and_deleting_removes_everything() {
         "{gone:?}"
     );
     assert!(!store.delete_session(&session.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn calls_are_read_off_the_messages_in_the_same_transaction() {
+    let (_dir, path) = db();
+    let store = open(&path);
+    let session = store.create_session("s", &json!({})).await.unwrap();
+    let lease = store.acquire(&session.id).await.unwrap();
+    let made = calls(&["a", "b"]);
+    store
+        .append_messages(&lease, &[Msg::user("go"), made.clone()])
+        .await
+        .unwrap();
+    let records = store.calls(&session.id).await.unwrap();
+    assert_eq!(records.len(), 2);
+    for record in &records {
+        assert_eq!(record.message_id.as_deref(), Some(made.id.as_str()));
+        assert_eq!(record.status, CallStatus::Running, "made, perhaps started");
+    }
+    assert_eq!(records[1].arguments, json!({"n": "b"}));
+
+    let mut cut = result("a", "half");
+    cut.metadata.insert(
+        "tool_call".into(),
+        json!({"state": "cancelled", "phase": "running", "partial": true, "reason": "user",
+               "decision": "user", "started_at": "2026-11-24T08:00:00Z"}),
+    );
+    store
+        .append_messages(&lease, &[cut, result("b", "ok")])
+        .await
+        .unwrap();
+    let records = store.calls(&session.id).await.unwrap();
+    assert_eq!(
+        records[0].status,
+        CallStatus::Finished(ToolCallState::Cancelled {
+            phase: CancelPhase::Running,
+            partial: true,
+            reason: CancelReason::User,
+        })
+    );
+    assert_eq!(records[0].partial_result.as_deref(), Some("half"));
+    assert_eq!(records[0].decision_source, Some(DecisionSource::User));
+    assert_eq!(
+        records[0].started_at.map(|t| t.to_rfc3339()),
+        Some("2026-11-24T08:00:00+00:00".to_owned())
+    );
+    assert_eq!(records[1].status, CallStatus::Finished(ToolCallState::Completed));
+    assert_eq!(
+        records[1].arguments,
+        json!({"n": "b"}),
+        "closing keeps what the call said"
+    );
 }

@@ -13,6 +13,7 @@
 //! # });
 //! ```
 
+mod derived;
 mod lease;
 mod ops;
 mod rows;
@@ -375,6 +376,13 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let call = rows::EncodedCall::new(call)?;
         self.run(move |conn, ctx| ops::record_call(conn, ctx, &id, &call))
+            .await
+    }
+
+    async fn call_started(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError> {
+        let id = self.leased(lease)?;
+        let call = rows::EncodedCall::new(call)?;
+        self.run(move |conn, ctx| ops::call_started(conn, ctx, &id, &call))
             .await
     }
 

@@ -13,6 +13,7 @@ use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::Ctx;
+use super::derived;
 use super::rows::{
     CALL_COLUMNS, EncodedCall, SESSION_COLUMNS, call_record, call_row, from_json, json, parse_ts,
     session_info, session_row, ts,
@@ -30,6 +31,7 @@ pub(super) struct Encoded {
     role: String,
     created_at: String,
     body: String,
+    calls: Vec<derived::CallChange>,
 }
 
 impl Encoded {
@@ -42,6 +44,7 @@ impl Encoded {
             },
             created_at: ts(msg.timestamp),
             body: json("message", msg)?,
+            calls: derived::call_changes(msg)?,
         })
     }
 }
@@ -217,6 +220,7 @@ fn insert_at(
                 msg.body
             ])
             .map_err(|e| ctx.err(e))?;
+        derived::apply(tx, ctx, id, &msg.calls)?;
     }
     Ok(())
 }
@@ -386,6 +390,43 @@ pub(super) fn record_call(
     if changed {
         touch(&tx, ctx, id)?;
     }
+    commit(tx, ctx)?;
+    Ok(changed)
+}
+
+/// Marks a live call running (registering it if unknown); a terminal one is left alone.
+pub(super) fn call_started(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    call: &EncodedCall,
+) -> Result<bool, StoreError> {
+    let tx = write_tx(conn, ctx)?;
+    let changed = tx
+        .prepare_cached(
+            "INSERT INTO tool_calls (session_id, call_id, reply_id, tool_name, arguments, state, terminal, \
+                 idempotent, created_at, started_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', 0, ?6, ?7, ?8, ?8)
+             ON CONFLICT (session_id, call_id) DO UPDATE SET
+                 reply_id = coalesce(excluded.reply_id, tool_calls.reply_id),
+                 tool_name = excluded.tool_name, arguments = excluded.arguments, state = 'running',
+                 started_at = excluded.started_at, updated_at = excluded.updated_at
+             WHERE tool_calls.terminal = 0",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                id.as_str(),
+                call.call_id,
+                call.reply_id,
+                call.tool_name,
+                call.arguments,
+                call.idempotent,
+                call.created_at,
+                call.started_at
+            ])
+        })
+        .map_err(|e| ctx.err(e))?
+        > 0;
     commit(tx, ctx)?;
     Ok(changed)
 }
