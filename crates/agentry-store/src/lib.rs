@@ -44,6 +44,7 @@ mod recorder;
 mod recovery;
 mod sqlite;
 mod store;
+mod transfer;
 mod types;
 
 pub use error::StoreError;
@@ -51,6 +52,7 @@ pub use memory::SessionMemory;
 pub use recorder::CallRecorder;
 pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Lease, SessionStore};
+pub use transfer::{EXPORT_FORMAT, EXPORT_VERSION, SessionExport};
 pub use types::{
     CallRecord, CallStatus, Grant, GrantKind, PendingApproval, Recovered, Recovery, SessionId, SessionInfo,
     UsageTotals,

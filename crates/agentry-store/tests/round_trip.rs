@@ -3,7 +3,7 @@
 use agentry::memory::{Memory, check_tool_pairs};
 use agentry::message::{ContentBlock, MediaSource, Msg, Role};
 use agentry::tool::{CancelPhase, CancelReason, DecisionSource, ToolCallState};
-use agentry_store::{CallRecord, CallStatus, SessionMemory, SqliteStore};
+use agentry_store::{CallRecord, CallStatus, SessionMemory, SqliteStore, StoreError};
 use serde_json::json;
 
 use crate::common::{calls, db, open, result, texts};
@@ -202,5 +202,72 @@ async fn calls_are_read_off_the_messages_in_the_same_transaction() {
         records[1].arguments,
         json!({"n": "b"}),
         "closing keeps what the call said"
+    );
+}
+
+#[tokio::test]
+async fn an_export_imports_as_an_equal_session() {
+    use agentry_store::{Grant, GrantKind, SessionExport};
+    let (_dir, path) = db();
+    let store = open(&path);
+    let session = store
+        .create_session("work", &json!({"model": "m"}))
+        .await
+        .unwrap();
+    let lease = store.acquire(&session.id).await.unwrap();
+    let made = calls(&["a", "b"]);
+    store
+        .append_messages(&lease, &[Msg::user("go"), made, result("a", "one")])
+        .await
+        .unwrap();
+    store
+        .request_approval(
+            &lease,
+            &"b".into(),
+            &agentry::tool::ApprovalRequest::new("Run b?"),
+        )
+        .await
+        .unwrap();
+    store
+        .put_grant(
+            &lease,
+            &Grant {
+                key: "t".into(),
+                tool_name: "t".into(),
+                kind: GrantKind::Allow,
+                created_at: chrono::Utc::now(),
+            },
+        )
+        .await
+        .unwrap();
+    drop(lease);
+
+    let exported = SessionExport::read(store.as_ref(), &session.id).await.unwrap();
+    let text = serde_json::to_string(&exported).unwrap();
+    let parsed = SessionExport::from_json(&text).unwrap();
+    assert_eq!(parsed, exported, "the document reads back as written");
+    let copy = parsed.import(store.as_ref(), Some("copy")).await.unwrap();
+    assert_ne!(copy.id, session.id);
+    let again = SessionExport::read(store.as_ref(), &copy.id).await.unwrap();
+    assert_eq!(again.messages, exported.messages);
+    assert_eq!(again.calls, exported.calls);
+    assert_eq!(again.grants, exported.grants);
+    assert_eq!(again.pending_approvals.len(), 1);
+    assert_eq!(
+        again.pending_approvals[0].request,
+        exported.pending_approvals[0].request
+    );
+    assert_eq!(again.session.config, json!({"model": "m"}));
+
+    assert!(matches!(
+        parsed.import(store.as_ref(), None).await,
+        Err(StoreError::NameTaken(_))
+    ));
+    assert!(SessionExport::from_json(r#"{"format": "other", "version": 1}"#).is_err());
+    assert!(SessionExport::from_json(r#"{"format": "agentry-session", "version": 9}"#).is_err());
+    assert_eq!(
+        store.sessions().await.unwrap().len(),
+        2,
+        "a refused import leaves nothing behind"
     );
 }
