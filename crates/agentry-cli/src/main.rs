@@ -11,6 +11,7 @@ mod render;
 mod run;
 mod sanitize;
 mod session;
+mod sessions;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -64,6 +65,8 @@ enum Command {
     /// The models the local provider fetches by name: list, pull, path.
     #[cfg(feature = "local")]
     Model(models::ModelArgs),
+    /// The conversations kept by `--session`: list, show, export, import, delete.
+    Sessions(sessions::SessionsArgs),
     /// Measure how well a model calls tools: run a set of prompts (eval/tool-calls.json) and
     /// score the calls made and the answers.
     Eval(eval::EvalArgs),
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
             #[cfg(feature = "local")]
             Command::Model(args) => models::model(args).await,
             Command::Eval(args) => eval::eval(args).await,
+            Command::Sessions(args) => sessions::sessions(args).await,
         }
     });
     // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.

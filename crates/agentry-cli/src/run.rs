@@ -16,6 +16,8 @@ use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
+use crate::sessions::{StoreArgs, open_session};
+use agentry_store::CallRecorder;
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
 const EXIT_CONFIG: u8 = 2;
@@ -59,6 +61,12 @@ pub struct AgentArgs {
     /// After the reply, print what the local model did: load time, tokens, tokens per second
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Continue the conversation kept under this name, or start it: every message and tool
+    /// call is stored (see `agentry sessions`) and survives a crash
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 fn default_system_prompt(workdir: &std::path::Path, mcp: &McpServers) -> String {
@@ -191,6 +199,11 @@ pub(crate) fn print_local_figures(_: &LocalFigures) {}
 /// Builds the agent: the model, the built-in tools, and the tools of the MCP servers that start.
 pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     let file = load_config_file(args.model.config.as_deref())?;
+    // Before the model loads: a session another agentry is using stops the command at once.
+    let session = match &args.session {
+        Some(name) => Some(open_session(&args.store, name, &serde_json::json!({"agent": "agentry"})).await?),
+        None => None,
+    };
     let (model, local) = build_model_with_figures(provider_config(&args.model, &file)?).await?;
     let workdir = args
         .workdir
@@ -212,7 +225,13 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         .clone()
         .or(file.system_prompt)
         .unwrap_or_else(|| default_system_prompt(&workdir, &mcp));
-    let built = ReActAgent::builder()
+    let mut builder = ReActAgent::builder();
+    if let Some(memory) = &session {
+        builder = builder
+            .memory(Arc::clone(memory))
+            .hook("session-calls", CallRecorder::new(Arc::clone(memory)));
+    }
+    let built = builder
         .name("agentry")
         .sys_prompt(system)
         .model(model)

@@ -9,4 +9,5 @@ mod interactive;
 mod local_model;
 mod mcp;
 mod run;
+mod sessions;
 mod tool_shim;

@@ -19,6 +19,9 @@ pub fn command(args: &[String], home: &Path) -> Command {
         .env_remove("AGENTRY_LOG")
         .env_remove("AGENTRY_PROVIDER")
         .env_remove("AGENTRY_MODEL_PATH")
+        .env_remove("AGENTRY_DB")
+        // Sessions go to HOME's data directory unless a test gives --db.
+        .env("XDG_DATA_HOME", home.join(".local/share"))
         // No test fetches a model from the internet by accident.
         .env("AGENTRY_MODELS_DIR", home.join("models"))
         .env("HF_ENDPOINT", "http://127.0.0.1:9")

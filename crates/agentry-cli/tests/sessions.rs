@@ -1,0 +1,221 @@
+//! Durable sessions from the command line: `--session` continues a conversation across
+//! processes, also after `kill -9`; `agentry sessions` lists, shows, exports, imports and
+//! deletes them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use agentry::tool::INTERRUPTED_RESTART;
+use agentry_testkit::{Call, FakeLlm, Reply};
+use common::program::Program;
+use common::{agentry, run_args, text};
+use serde_json::Value;
+
+fn sessions(home: &std::path::Path, args: &[&str]) -> Vec<String> {
+    std::iter::once("sessions")
+        .chain(args.iter().copied())
+        .map(str::to_owned)
+        .chain(["--db".to_owned(), home.join("s.db").display().to_string()])
+        .collect()
+}
+
+fn with_session(fake: &FakeLlm, home: &std::path::Path, prompt: &str) -> Vec<String> {
+    let db = home.join("s.db").display().to_string();
+    run_args(
+        &fake.base_url(),
+        home,
+        &["--no-mcp", "--session", "work", "--db", &db],
+        prompt,
+    )
+}
+
+/// The roles and contents of request `n`'s messages, the system prompt left out.
+fn conversation(fake: &FakeLlm, n: usize) -> Vec<(String, String)> {
+    fake.requests()[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            // An assistant message that only calls a tool is shown as the tool's name.
+            let content = match (&m["content"], m["tool_calls"][0]["function"]["name"].as_str()) {
+                (Value::String(s), Some(name)) if s.is_empty() => name.to_owned(),
+                (Value::Null, Some(name)) => name.to_owned(),
+                (Value::String(s), _) => s.clone(),
+                (other, _) => other.to_string(),
+            };
+            (m["role"].as_str().unwrap().to_owned(), content)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_continues_in_the_next_process_and_is_listed_shown_exported_imported_deleted() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "c1",
+        "calculate",
+        r#"{"expression": "6*7"}"#,
+    )]));
+    fake.push(Reply::text("It is 42."));
+    fake.push(Reply::text("Doubled, 84."));
+    let first = agentry(with_session(&fake, home, "What is 6*7?"), home).await;
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let second = agentry(with_session(&fake, home, "And doubled?"), home).await;
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "Doubled, 84.\n");
+    let seen = conversation(&fake, 2);
+    let expected: Vec<(String, String)> = [
+        ("user", "What is 6*7?"),
+        ("assistant", "calculate"),
+        ("tool", "42"),
+        ("assistant", "It is 42."),
+        ("user", "And doubled?"),
+    ]
+    .iter()
+    .map(|(r, c)| ((*r).to_owned(), (*c).to_owned()))
+    .collect();
+    assert_eq!(
+        seen, expected,
+        "the second process's request holds the first conversation"
+    );
+    fake.assert_no_violations();
+
+    let listed = agentry(sessions(home, &["list", "--json"]), home).await;
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["name"], "work");
+    assert_eq!(listed[0]["message_count"], 6);
+
+    let shown = agentry(sessions(home, &["show", "work"]), home).await;
+    let shown = text(&shown.stdout);
+    assert!(shown.contains("you: What is 6*7?"), "{shown}");
+    assert!(shown.contains("agent -> calculate("), "{shown}");
+    assert!(shown.contains("<- calculate [completed]: 42"), "{shown}");
+
+    let file = home.join("work.json");
+    let exported = agentry(
+        sessions(home, &["export", "work", "-o", file.to_str().unwrap()]),
+        home,
+    )
+    .await;
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let again = agentry(
+        sessions(home, &["export", "work", "-o", file.to_str().unwrap()]),
+        home,
+    )
+    .await;
+    assert!(!again.status.success(), "an export never overwrites a file");
+    let imported = agentry(
+        sessions(
+            home,
+            &["import", file.to_str().unwrap(), "--name", "copy", "--json"],
+        ),
+        home,
+    )
+    .await;
+    assert!(imported.status.success(), "{}", text(&imported.stderr));
+    let original: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let copy = agentry(sessions(home, &["show", "copy", "--json"]), home).await;
+    let copy: Value = serde_json::from_slice(&copy.stdout).unwrap();
+    assert_eq!(copy["messages"], original["messages"]);
+    assert_eq!(copy["calls"], original["calls"]);
+    assert_eq!(
+        copy["calls"][0]["status"]["outcome"]["state"], "completed",
+        "{}",
+        copy["calls"]
+    );
+    assert!(
+        copy["calls"][0]["started_at"].is_string(),
+        "the start was recorded"
+    );
+
+    let deleted = agentry(sessions(home, &["delete", "work", "--json"]), home).await;
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    let missing = agentry(sessions(home, &["show", "work"]), home).await;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        text(&missing.stderr).contains("no session named work"),
+        "{}",
+        text(&missing.stderr)
+    );
+    let listed = agentry(sessions(home, &["list", "--json"]), home).await;
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["name"], "copy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn y4_killed_while_an_approval_waits_the_next_process_tells_the_model() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "w",
+        "write_file",
+        r#"{"path": "notes.txt", "content": "hello"}"#,
+    )]));
+    let program = Program::start(&with_session(&fake, home, "write hello to notes.txt"), home);
+    program.stderr_has("? Write notes.txt?").await;
+    let pid = rustix::process::Pid::from_raw(program.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let (status, _, _) = program.finish().await;
+    assert_eq!(status.code(), None, "killed");
+
+    // A second writer is refused while... nobody holds it now: the next process continues.
+    fake.push(Reply::text("The write did not happen; shall I try again?"));
+    let next = agentry(with_session(&fake, home, "what happened?"), home).await;
+    let err = text(&next.stderr);
+    assert!(next.status.success(), "{err}");
+    assert!(err.contains("left in the middle of a reply"), "{err}");
+    let seen = conversation(&fake, 1);
+    assert_eq!(
+        seen[0],
+        ("user".to_owned(), "write hello to notes.txt".to_owned())
+    );
+    assert_eq!(seen[1].0, "assistant");
+    assert_eq!(seen[2], ("tool".to_owned(), INTERRUPTED_RESTART.to_owned()));
+    assert_eq!(seen[3], ("user".to_owned(), "what happened?".to_owned()));
+    assert!(
+        !home.join("notes.txt").exists(),
+        "the write was never run, then or after"
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_on_a_session_is_refused_with_a_clear_error() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "w",
+        "write_file",
+        r#"{"path": "notes.txt", "content": "hello"}"#,
+    )]));
+    let mut first = Program::start(&with_session(&fake, home, "write hello"), home);
+    first.stderr_has("? Write notes.txt?").await;
+    let second = agentry(with_session(&fake, home, "meanwhile"), home).await;
+    let err = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(err.contains("another agentry is using the session"), "{err}");
+    let shown = agentry(sessions(home, &["show", "work"]), home).await;
+    assert!(
+        shown.status.success(),
+        "a reader is not refused: {}",
+        text(&shown.stderr)
+    );
+    first.type_line("n");
+    first.stderr_has("reason for the model").await;
+    fake.push(Reply::text("Left it."));
+    first.type_line("");
+    let (status, _, err) = first.finish().await;
+    assert!(status.success(), "{err}");
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "the refused process never asked the model"
+    );
+}
