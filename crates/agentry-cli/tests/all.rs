@@ -4,6 +4,7 @@
 
 mod common;
 
+mod crash;
 mod eval;
 mod interactive;
 mod local_model;

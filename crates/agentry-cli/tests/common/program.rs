@@ -138,6 +138,11 @@ impl Program {
         self.signal(rustix::process::Signal::INT);
     }
 
+    /// Sends SIGKILL, as `kill -9` does: the process dies at once, nothing of it runs.
+    pub fn kill(&self) {
+        self.signal(rustix::process::Signal::KILL);
+    }
+
     /// Sends SIGTERM, as `kill` and service managers do.
     pub fn terminate(&self) {
         self.signal(rustix::process::Signal::TERM);

@@ -13,6 +13,8 @@
 //! # });
 //! ```
 
+#[cfg(feature = "crash-points")]
+mod crash;
 mod derived;
 mod lease;
 mod ops;

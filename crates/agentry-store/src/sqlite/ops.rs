@@ -63,7 +63,12 @@ fn touch(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<(), StoreErr
 }
 
 fn commit(tx: Transaction<'_>, ctx: &Ctx) -> Result<(), StoreError> {
-    tx.commit().map_err(|e| ctx.err(e))
+    #[cfg(feature = "crash-points")]
+    super::crash::point(super::crash::Moment::BeforeCommit);
+    tx.commit().map_err(|e| ctx.err(e))?;
+    #[cfg(feature = "crash-points")]
+    super::crash::point(super::crash::Moment::AfterCommit);
+    Ok(())
 }
 
 fn exists(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
