@@ -9,6 +9,20 @@ use clap::Args;
 
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
 use crate::session::{Outcome, Terminal, received};
+use crate::sessions::record_usage;
+use agentry_store::SessionMemory;
+
+/// One reply, its token use added to the session's ledger.
+async fn drive_recorded(
+    agent: &ReActAgent,
+    session: Option<&SessionMemory>,
+    terminal: &mut Terminal,
+    prompt: &str,
+) -> Outcome {
+    let outcome = terminal.drive(agent.start_reply(Msg::user(prompt))).await;
+    record_usage(session, terminal).await;
+    outcome
+}
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
@@ -19,11 +33,16 @@ pub struct ChatArgs {
 pub async fn chat(args: ChatArgs) -> ExitCode {
     // First, so that SIGTERM is handled from now on.
     let mut terminal = Terminal::new(true);
-    let Setup { agent, mcp, local } = match agent_or_exit(&args.agent).await {
+    let Setup {
+        agent,
+        mcp,
+        local,
+        session,
+    } = match agent_or_exit(&args.agent).await {
         Ok(setup) => setup,
         Err(code) => return code,
     };
-    let code = converse(&agent, &mut terminal).await;
+    let code = converse(&agent, session.as_deref(), &mut terminal).await;
     mcp.close().await;
     if args.agent.verbose {
         crate::run::print_local_figures(&local);
@@ -32,7 +51,7 @@ pub async fn chat(args: ChatArgs) -> ExitCode {
 }
 
 /// Prompts and replies until the user leaves.
-async fn converse(agent: &ReActAgent, terminal: &mut Terminal) -> ExitCode {
+async fn converse(agent: &ReActAgent, session: Option<&SessionMemory>, terminal: &mut Terminal) -> ExitCode {
     terminal.take_interrupts();
     eprintln!("agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /exit quits.");
     loop {
@@ -60,7 +79,7 @@ async fn converse(agent: &ReActAgent, terminal: &mut Terminal) -> ExitCode {
         match line.trim() {
             "" => continue,
             "/exit" | "/quit" => return ExitCode::SUCCESS,
-            prompt => match terminal.drive(agent.start_reply(Msg::user(prompt))).await {
+            prompt => match drive_recorded(agent, session, terminal, prompt).await {
                 Outcome::Quit => return ExitCode::from(EXIT_INTERRUPTED),
                 Outcome::Terminated => return ExitCode::from(EXIT_TERMINATED),
                 Outcome::Finished { result: Err(e), .. } => report_error(&e),

@@ -16,8 +16,8 @@ use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
-use crate::sessions::{StoreArgs, open_session};
-use agentry_store::CallRecorder;
+use crate::sessions::{StoreArgs, open_session, record_usage};
+use agentry_store::{CallRecorder, SessionMemory};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
 const EXIT_CONFIG: u8 = 2;
@@ -93,6 +93,8 @@ pub struct Setup {
     pub mcp: McpServers,
     /// The local model, if the agent runs one (for `--verbose`).
     pub local: LocalFigures,
+    /// The durable session the agent's memory lives in (`--session`), for its token ledger.
+    pub session: Option<Arc<SessionMemory>>,
 }
 
 /// The model the configuration names; a local one is fetched if needed and loaded here
@@ -241,7 +243,12 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         .tool_shim(shim)
         .build();
     match built {
-        Ok(agent) => Ok(Setup { agent, mcp, local }),
+        Ok(agent) => Ok(Setup {
+            agent,
+            mcp,
+            local,
+            session,
+        }),
         Err(e) => {
             mcp.close().await;
             Err(e.into())
@@ -280,11 +287,17 @@ pub fn report_error(e: &AgentError) {
 pub async fn run(args: RunArgs) -> ExitCode {
     // First, so that SIGTERM is handled from now on.
     let mut terminal = Terminal::new(false);
-    let Setup { agent, mcp, local } = match agent_or_exit(&args.agent).await {
+    let Setup {
+        agent,
+        mcp,
+        local,
+        session,
+    } = match agent_or_exit(&args.agent).await {
         Ok(setup) => setup,
         Err(code) => return code,
     };
     let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
+    record_usage(session.as_deref(), &mut terminal).await;
     mcp.close().await;
     if args.agent.verbose {
         print_local_figures(&local);

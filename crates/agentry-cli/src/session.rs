@@ -1,7 +1,8 @@
 //! One reply in the terminal: events rendered as they come, approval prompts answered from
 //! stdin, Ctrl-C to cancel (twice to quit).
 
-use agentry::CallId;
+use agentry::model::ChatUsage;
+use agentry::{CallId, ReplyId};
 use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
@@ -246,6 +247,8 @@ pub struct Terminal {
     keeps_prompts: bool,
     /// A question was shown in full after stdin closed: later ones take one line.
     closed_question_shown: bool,
+    /// The token use of the last reply that finished, for the session's ledger.
+    pub last_usage: Option<(ReplyId, ChatUsage)>,
 }
 
 impl Terminal {
@@ -262,6 +265,7 @@ impl Terminal {
             interrupt: None,
             keeps_prompts,
             closed_question_shown: false,
+            last_usage: None,
         }
     }
 
@@ -413,6 +417,9 @@ impl Terminal {
                         // Nobody reads the answer any more (e.g. `| head`): stop the reply.
                         run.cancel();
                         continue;
+                    }
+                    if let AgentEvent::ReplyFinished { reply_id, usage, .. } = &event {
+                        self.last_usage = Some((reply_id.clone(), usage.clone()));
                     }
                     match event {
                         AgentEvent::ApprovalRequested { call_id, name, request, automatic: false, .. } => {

@@ -74,6 +74,21 @@ pub async fn open_session(
     Ok(Arc::new(memory))
 }
 
+/// Adds the last reply's token use to the session's ledger (a failure is only a warning: the
+/// conversation itself is stored).
+pub async fn record_usage(session: Option<&SessionMemory>, terminal: &mut crate::session::Terminal) {
+    let (Some(memory), Some((reply_id, usage))) = (session, terminal.last_usage.take()) else {
+        return;
+    };
+    if let Err(e) = memory
+        .store()
+        .record_usage(memory.lease(), Some(&reply_id), &usage)
+        .await
+    {
+        tracing::warn!(error = %e, "the session's token use was not recorded");
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SessionsArgs {
     #[command(subcommand)]
