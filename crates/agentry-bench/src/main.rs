@@ -8,12 +8,18 @@
 //! ```text
 //! agentry-bench --base-url URL -k K -p P -r R -c C --stream|--no-stream
 //!               [--keep-history] [--warmup N] [--threads N] [--label NAME]
+//!               [--db FILE [--synchronous full|normal]]
 //! ```
+//!
+//! With `--db`, each agent keeps its conversation in a durable session of that SQLite file
+//! (`agentry-store`: every message committed before the loop goes on, a call record per tool
+//! call), to measure what durability costs per step.
 //!
 //! In stream mode the driver reads the reply's event stream (every cumulative message chunk),
 //! as a terminal or a web page would; in non-stream mode it awaits the reply.
 
 use std::io::{Read, Write};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -21,6 +27,7 @@ use agentry::agent::ReActAgent;
 use agentry::message::Msg;
 use agentry::model::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
 use agentry::tool::{Toolkit, tool};
+use agentry_store::{CallRecorder, SessionMemory, SessionStore, SqliteOptions, SqliteStore, Synchronous};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -49,6 +56,8 @@ struct Args {
     warmup: u64,
     threads: usize,
     label: String,
+    db: Option<std::path::PathBuf>,
+    synchronous: Synchronous,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -63,6 +72,8 @@ fn parse_args() -> anyhow::Result<Args> {
         warmup: 1,
         threads: 1,
         label: "agentry".into(),
+        db: None,
+        synchronous: Synchronous::Full,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -79,10 +90,19 @@ fn parse_args() -> anyhow::Result<Args> {
             "--stream" => args.stream = true,
             "--no-stream" => args.stream = false,
             "--keep-history" => args.keep_history = true,
+            "--db" => args.db = Some(value()?.into()),
+            "--synchronous" => {
+                args.synchronous = match value()?.as_str() {
+                    "full" => Synchronous::Full,
+                    "normal" => Synchronous::Normal,
+                    other => bail!("--synchronous full|normal, not {other}"),
+                }
+            }
             "-h" | "--help" => {
                 println!(
                     "agentry-bench --base-url URL -k K -p P -r R -c C --stream|--no-stream \
-                     [--keep-history] [--warmup N] [--threads N] [--label NAME]"
+                     [--keep-history] [--warmup N] [--threads N] [--label NAME] \
+                     [--db FILE [--synchronous full|normal]]"
                 );
                 std::process::exit(0);
             }
@@ -96,14 +116,22 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-fn make_agent(args: &Args) -> anyhow::Result<ReActAgent> {
+async fn make_agent(args: &Args, index: u64, store: Option<&Arc<SqliteStore>>) -> anyhow::Result<ReActAgent> {
     let config = OpenAiConfig::new("mock-model")
         .base_url(&args.base_url)
         .stream(args.stream)
         .retry(RetryPolicy::none());
     let toolkit = Toolkit::new();
     toolkit.register(AddTool)?;
-    Ok(ReActAgent::builder()
+    let mut builder = ReActAgent::builder();
+    if let Some(store) = store {
+        let store: Arc<dyn SessionStore> = Arc::clone(store) as Arc<dyn SessionStore>;
+        let memory = Arc::new(SessionMemory::open_or_create(store, &format!("bench-{index}"), &json!({})).await?);
+        builder = builder
+            .memory(Arc::clone(&memory))
+            .hook("session-calls", CallRecorder::new(memory));
+    }
+    Ok(builder
         .name("bench")
         .sys_prompt(SYS_PROMPT)
         .model(OpenAiChatModel::new(config)?)
@@ -198,9 +226,17 @@ fn python_json(v: &Value) -> String {
 async fn bench(args: Args) -> anyhow::Result<Value> {
     let expected = format!("done after {} steps", args.k);
     let t0 = Instant::now();
-    let agents = (0..args.c)
-        .map(|_| make_agent(&args))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let store = match &args.db {
+        Some(path) => Some(Arc::new(SqliteStore::open_with(
+            path,
+            SqliteOptions::default().synchronous(args.synchronous),
+        )?)),
+        None => None,
+    };
+    let mut agents = Vec::with_capacity(args.c as usize);
+    for index in 0..args.c {
+        agents.push(make_agent(&args, index, store.as_ref()).await?);
+    }
     let setup_s = t0.elapsed().as_secs_f64();
 
     for _ in 0..args.warmup {
@@ -263,6 +299,11 @@ async fn bench(args: Args) -> anyhow::Result<Value> {
     let it = iters as f64;
     Ok(json!({
         "framework": args.label,
+        "store": match (&args.db, args.synchronous) {
+            (None, _) => "none",
+            (Some(_), Synchronous::Full) => "sqlite-full",
+            (Some(_), _) => "sqlite-normal",
+        },
         "version": env!("CARGO_PKG_VERSION"),
         "mode": if args.stream { "stream" } else { "non-stream" },
         "history": if args.keep_history { "keep" } else { "reset" },
