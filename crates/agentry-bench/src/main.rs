@@ -126,7 +126,8 @@ async fn make_agent(args: &Args, index: u64, store: Option<&Arc<SqliteStore>>) -
     let mut builder = ReActAgent::builder();
     if let Some(store) = store {
         let store: Arc<dyn SessionStore> = Arc::clone(store) as Arc<dyn SessionStore>;
-        let memory = Arc::new(SessionMemory::open_or_create(store, &format!("bench-{index}"), &json!({})).await?);
+        let memory =
+            Arc::new(SessionMemory::open_or_create(store, &format!("bench-{index}"), &json!({})).await?);
         builder = builder
             .memory(Arc::clone(&memory))
             .hook("session-calls", CallRecorder::new(memory));
