@@ -63,7 +63,7 @@ pub async fn open_session(
         Err(e) => return Err(e).with_context(|| format!("the session {}", sanitize::line(name))),
     };
     let recovery = memory.recovery();
-    if !recovery.interrupted.is_empty() {
+    if recovery.reply_noted || !recovery.interrupted.is_empty() {
         eprintln!(
             "agentry: the session {} was left in the middle of a reply; {} tool call(s) that had not finished \
              are closed as interrupted (not re-run), and the model is told.",

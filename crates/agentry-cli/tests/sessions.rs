@@ -6,6 +6,7 @@
 use crate::common;
 
 use agentry::tool::INTERRUPTED_RESTART;
+use agentry_store::REPLY_INTERRUPTED_BY_RESTART;
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::program::Program;
 use common::{agentry, run_args, text};
@@ -177,7 +178,11 @@ async fn y4_killed_while_an_approval_waits_the_next_process_tells_the_model() {
     );
     assert_eq!(seen[1].0, "assistant");
     assert_eq!(seen[2], ("tool".to_owned(), INTERRUPTED_RESTART.to_owned()));
-    assert_eq!(seen[3], ("user".to_owned(), "what happened?".to_owned()));
+    assert_eq!(
+        seen[3],
+        ("user".to_owned(), REPLY_INTERRUPTED_BY_RESTART.to_owned())
+    );
+    assert_eq!(seen[4], ("user".to_owned(), "what happened?".to_owned()));
     assert!(
         !home.join("notes.txt").exists(),
         "the write was never run, then or after"
@@ -218,4 +223,80 @@ async fn a_second_writer_on_a_session_is_refused_with_a_clear_error() {
         2,
         "the refused process never asked the model"
     );
+}
+
+/// `chat --session` killed with `kill -9` while an MCP tool runs; the next `chat --session`
+/// continues, and the model reads that the call was interrupted by the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn y4_chat_killed_in_the_middle_of_a_tool_continues_with_the_model_told() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let servers = home.join("servers.json");
+    std::fs::write(
+        &servers,
+        serde_json::json!({"mcpServers": {"everything": {"command": "node", "args": [
+            agentry_testkit::peers::npm_package("@modelcontextprotocol/server-everything/dist/index.js"),
+            "stdio"]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let chat = |fake: &FakeLlm| {
+        let db = home.join("s.db").display().to_string();
+        let mut args = run_args(
+            &fake.base_url(),
+            home,
+            &[
+                "--mcp-config",
+                servers.to_str().unwrap(),
+                "--session",
+                "talk",
+                "--db",
+                &db,
+            ],
+            "",
+        );
+        args[0] = "chat".into();
+        args.pop();
+        args
+    };
+
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "long",
+        "trigger-long-running-operation",
+        r#"{"duration": 60, "steps": 60}"#,
+    )]));
+    let mut first = Program::start(&chat(&fake), home);
+    first.type_line("run the long operation");
+    // Its progress shows once the tool runs on the server.
+    first.stderr_has("trigger-long-running-operation").await;
+    first.kill();
+    let (status, _, _) = first.finish().await;
+    assert_eq!(status.code(), None, "killed");
+
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("The operation was cut off by the restart."));
+    let mut second = Program::start(&chat(&fake), home);
+    second.stderr_has("left in the middle of a reply").await;
+    second.type_line("what happened?");
+    second.stdout_has("cut off by the restart").await;
+    second.type_line("/exit");
+    let (status, _, err) = second.finish().await;
+    assert!(status.success(), "{err}");
+    let seen = conversation(&fake, 0);
+    assert_eq!(seen[0], ("user".to_owned(), "run the long operation".to_owned()));
+    assert_eq!(
+        seen[1],
+        (
+            "assistant".to_owned(),
+            "trigger-long-running-operation".to_owned()
+        )
+    );
+    assert_eq!(seen[2], ("tool".to_owned(), INTERRUPTED_RESTART.to_owned()));
+    assert_eq!(
+        seen[3],
+        ("user".to_owned(), REPLY_INTERRUPTED_BY_RESTART.to_owned())
+    );
+    assert_eq!(seen[4], ("user".to_owned(), "what happened?".to_owned()));
+    fake.assert_no_violations();
 }

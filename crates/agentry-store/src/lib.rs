@@ -50,6 +50,7 @@ mod types;
 pub use error::StoreError;
 pub use memory::SessionMemory;
 pub use recorder::CallRecorder;
+pub use recovery::REPLY_INTERRUPTED_BY_RESTART;
 pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Lease, SessionStore};
 pub use transfer::{EXPORT_FORMAT, EXPORT_VERSION, SessionExport};

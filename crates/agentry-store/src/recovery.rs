@@ -65,8 +65,51 @@ fn interrupted_result(id: CallId, name: String, state: &ToolCallState, now: Date
     result
 }
 
+/// The model-visible note that follows a reply the agent did not finish because it stopped
+/// (spec Y4: a reply that was mid-way keeps what was committed and gets the interrupted note),
+/// as a user message, like the note after a reply the user cancelled (R5).
+pub const REPLY_INTERRUPTED_BY_RESTART: &str = "<interrupted>The previous reply did not finish: the agent stopped \
+     (a crash, a kill or a restart) before it ended. Tool calls that were running were stopped and may have \
+     partly run.</interrupted>";
+
+/// Whether the session's last reply stopped mid-way: a tool result is the last message (the
+/// model never took its next step). A reply that stopped while calls ran shows it by the calls
+/// recovery closes.
+fn ends_mid_reply(msgs: &[Msg]) -> bool {
+    msgs.last().is_some_and(|m| m.tool_results().next().is_some())
+}
+
+/// The note for a reply that stopped mid-way.
+fn restart_note(now: DateTime<Utc>) -> Msg {
+    let mut note = Msg::new(
+        "system",
+        agentry::message::Role::User,
+        vec![ContentBlock::text(REPLY_INTERRUPTED_BY_RESTART)],
+    );
+    note.timestamp = now;
+    note
+}
+
 /// Plans the recovery of a session holding `msgs` (in order) and `calls`.
 pub(crate) fn plan(msgs: &[Msg], calls: &[CallRecord], now: DateTime<Utc>) -> Plan {
+    let mut plan = plan_calls(msgs, calls, now);
+    let after = match &plan.tail {
+        Some((at, tail)) => msgs[..*at].iter().chain(tail).cloned().collect::<Vec<_>>(),
+        None => msgs.to_vec(),
+    };
+    if !plan.report.interrupted.is_empty() || ends_mid_reply(&after) {
+        let note = restart_note(now);
+        match &mut plan.tail {
+            Some((_, tail)) => tail.push(note),
+            None => plan.tail = Some((msgs.len(), vec![note])),
+        }
+        plan.report.reply_noted = true;
+    }
+    plan
+}
+
+/// The calls' part of [`plan`]: every call closed, with exactly one result.
+fn plan_calls(msgs: &[Msg], calls: &[CallRecord], now: DateTime<Utc>) -> Plan {
     let records: HashMap<&str, &CallRecord> = calls.iter().map(|c| (c.call_id.as_str(), c)).collect();
     let live: Vec<&CallRecord> = calls.iter().filter(|c| !c.status.is_terminal()).collect();
     if live.is_empty() && check_tool_pairs(msgs).is_ok() {
@@ -246,10 +289,31 @@ mod tests {
             Msg::user("q"),
             Msg::new("bot", Role::Assistant, vec![call("a")]),
             result("a", None),
+            Msg::new("bot", Role::Assistant, vec![ContentBlock::text("done")]),
         ];
         let calls = [record("a", CallStatus::Finished(ToolCallState::Completed))];
         let plan = plan(&msgs, &calls, Utc::now());
         assert!(plan.tail.is_none() && plan.calls.is_empty() && plan.report.is_empty());
+    }
+
+    #[test]
+    fn y4_a_reply_that_stopped_after_a_result_gets_the_interrupted_note_once() {
+        let mut msgs = vec![
+            Msg::user("q"),
+            Msg::new("bot", Role::Assistant, vec![call("a")]),
+            result("a", None),
+        ];
+        let calls = [record("a", CallStatus::Finished(ToolCallState::Completed))];
+        let first = plan(&msgs, &calls, Utc::now());
+        assert!(first.report.reply_noted && first.calls.is_empty());
+        let (at, tail) = first.tail.unwrap();
+        assert_eq!(at, 3, "appended; nothing before it changes");
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].role, Role::User);
+        assert_eq!(tail[0].text().as_deref(), Some(REPLY_INTERRUPTED_BY_RESTART));
+        msgs.extend(tail);
+        let again = plan(&msgs, &calls, Utc::now());
+        assert!(again.tail.is_none() && again.report.is_empty(), "noted once");
     }
 
     #[test]

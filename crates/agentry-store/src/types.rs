@@ -260,6 +260,11 @@ pub struct Recovery {
     pub approvals_closed: Vec<CallId>,
     /// Tool results removed because no call was waiting for them (or a call had two).
     pub orphan_results_removed: usize,
+    /// The last reply had not finished (calls were closed, or a result waited for the model's
+    /// next step): [`REPLY_INTERRUPTED_BY_RESTART`](crate::REPLY_INTERRUPTED_BY_RESTART) was
+    /// added for the model.
+    #[serde(default)]
+    pub reply_noted: bool,
 }
 
 /// A session as recovery left it: what recovery did, and the messages now stored.
@@ -278,5 +283,6 @@ impl Recovery {
             && self.settled.is_empty()
             && self.approvals_closed.is_empty()
             && self.orphan_results_removed == 0
+            && !self.reply_noted
     }
 }

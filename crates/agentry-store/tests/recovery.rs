@@ -4,7 +4,7 @@
 use agentry::memory::{Memory, check_tool_pairs};
 use agentry::message::Msg;
 use agentry::tool::{ApprovalRequest, CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState};
-use agentry_store::{CallRecord, CallStatus, SessionMemory};
+use agentry_store::{CallRecord, CallStatus, REPLY_INTERRUPTED_BY_RESTART, SessionMemory};
 use serde_json::json;
 
 use crate::common::{calls, db, open, result, texts};
@@ -94,10 +94,15 @@ async fn y4_calls_left_unfinished_are_closed_as_interrupted_by_restart() {
             INTERRUPTED_RESTART,
             INTERRUPTED_RESTART,
             INTERRUPTED_RESTART,
-            INTERRUPTED_RESTART
+            INTERRUPTED_RESTART,
+            REPLY_INTERRUPTED_BY_RESTART
         ]
     );
-    for msg in &msgs[4..] {
+    assert!(
+        report.reply_noted,
+        "the reply that stopped is noted for the model"
+    );
+    for msg in &msgs[4..msgs.len() - 1] {
         let result = msg.tool_results().next().unwrap();
         assert!(result.is_error, "an interrupted call is an error result (Y2)");
         assert_eq!(msg.metadata["tool_call"]["reason"], "restart");
