@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
 use crate::session::{Outcome, Terminal, received};
-use crate::sessions::record_usage;
+use crate::sessions::after_reply;
 use agentry_store::SessionMemory;
 
 /// One reply, its token use added to the session's ledger.
@@ -20,7 +20,7 @@ async fn drive_recorded(
     prompt: &str,
 ) -> Outcome {
     let outcome = terminal.drive(agent.start_reply(Msg::user(prompt))).await;
-    record_usage(session, terminal).await;
+    after_reply(session, agent, terminal).await;
     outcome
 }
 

@@ -16,7 +16,7 @@ use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
-use crate::sessions::{StoreArgs, open_session, record_usage};
+use crate::sessions::{StoreArgs, after_reply, open_session};
 use agentry_store::{CallRecorder, SessionMemory};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
@@ -243,12 +243,21 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         .tool_shim(shim)
         .build();
     match built {
-        Ok(agent) => Ok(Setup {
-            agent,
-            mcp,
-            local,
-            session,
-        }),
+        Ok(agent) => {
+            // The "always" and "never" answers given earlier in this session (A14).
+            if let Some(memory) = &session
+                && let Err(e) = agentry_store::restore_grants(&agent, memory).await
+            {
+                mcp.close().await;
+                return Err(e.into());
+            }
+            Ok(Setup {
+                agent,
+                mcp,
+                local,
+                session,
+            })
+        }
         Err(e) => {
             mcp.close().await;
             Err(e.into())
@@ -297,7 +306,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
-    record_usage(session.as_deref(), &mut terminal).await;
+    after_reply(session.as_deref(), &agent, &mut terminal).await;
     mcp.close().await;
     if args.agent.verbose {
         print_local_figures(&local);

@@ -74,18 +74,24 @@ pub async fn open_session(
     Ok(Arc::new(memory))
 }
 
-/// Adds the last reply's token use to the session's ledger (a failure is only a warning: the
-/// conversation itself is stored).
-pub async fn record_usage(session: Option<&SessionMemory>, terminal: &mut crate::session::Terminal) {
-    let (Some(memory), Some((reply_id, usage))) = (session, terminal.last_usage.take()) else {
-        return;
-    };
-    if let Err(e) = memory
-        .store()
-        .record_usage(memory.lease(), Some(&reply_id), &usage)
-        .await
+/// After a reply: its token use into the session's ledger, and the approval grants it made
+/// (A14) into the session. A failure is only a warning: the conversation itself is stored.
+pub async fn after_reply(
+    session: Option<&SessionMemory>,
+    agent: &agentry::ReActAgent,
+    terminal: &mut crate::session::Terminal,
+) {
+    let Some(memory) = session else { return };
+    if let Some((reply_id, usage)) = terminal.last_usage.take()
+        && let Err(e) = memory
+            .store()
+            .record_usage(memory.lease(), Some(&reply_id), &usage)
+            .await
     {
         tracing::warn!(error = %e, "the session's token use was not recorded");
+    }
+    if let Err(e) = agentry_store::save_grants(agent, memory).await {
+        tracing::warn!(error = %e, "the session's approval grants were not saved");
     }
 }
 
@@ -131,6 +137,18 @@ enum SessionsCommand {
         /// Print the new session as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Remove the session's approval grants for a tool ("always" / "never" answers), so its
+    /// calls are asked about again.
+    Revoke {
+        /// The session's name (or id).
+        name: String,
+        /// The tool whose grants go (all of them when `--all`).
+        #[arg(required_unless_present = "all")]
+        tool: Option<String>,
+        /// Every grant of the session.
+        #[arg(long, conflicts_with = "tool")]
+        all: bool,
     },
     /// Remove a session and everything in it.
     Delete {
@@ -208,6 +226,24 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
                     info.message_count
                 );
             }
+        }
+        SessionsCommand::Revoke { name, tool, all } => {
+            let info = find(store.as_ref(), &name).await?;
+            let lease = store.acquire(&info.id).await.map_err(|e| match e {
+                StoreError::SessionBusy { .. } => {
+                    anyhow::anyhow!("{e}: another agentry is using the session; nothing was revoked")
+                }
+                e => e.into(),
+            })?;
+            let mut revoked = 0;
+            for grant in store.grants(&info.id).await? {
+                if (all || tool.as_deref() == Some(grant.tool_name.as_str()))
+                    && store.revoke_grant(&lease, &grant.key).await?
+                {
+                    revoked += 1;
+                }
+            }
+            println!("revoked {revoked} grant(s)");
         }
         SessionsCommand::Delete { name, json } => {
             let info = find(store.as_ref(), &name).await?;

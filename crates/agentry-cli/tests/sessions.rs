@@ -300,3 +300,64 @@ async fn y4_chat_killed_in_the_middle_of_a_tool_continues_with_the_model_told() 
     assert_eq!(seen[4], ("user".to_owned(), "what happened?".to_owned()));
     fake.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a14_an_always_answer_holds_in_the_next_process_until_revoked() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let write = || {
+        Reply::tool_calls([Call::new(
+            "w",
+            "write_file",
+            r#"{"path": "notes.txt", "content": "hello"}"#,
+        )])
+    };
+    let fake = FakeLlm::start().await;
+    fake.push(write());
+    fake.push(Reply::text("Written."));
+    let mut first = Program::start(&with_session(&fake, home, "write hello"), home);
+    first.stderr_has("? Write notes.txt?").await;
+    first.type_line("a");
+    let (status, _, err) = first.finish().await;
+    assert!(status.success(), "{err}");
+    assert!(home.join("notes.txt").exists());
+    std::fs::remove_file(home.join("notes.txt")).unwrap();
+
+    // stdin closed: a question would be declined for want of an answer.
+    fake.push(write());
+    fake.push(Reply::text("Written again."));
+    let second = agentry(with_session(&fake, home, "write hello again"), home).await;
+    let err = text(&second.stderr);
+    assert!(second.status.success(), "{err}");
+    assert!(
+        !err.contains("? Write"),
+        "the grant answered, nobody was asked: {err}"
+    );
+    assert!(
+        home.join("notes.txt").exists(),
+        "written under the session's grant"
+    );
+    std::fs::remove_file(home.join("notes.txt")).unwrap();
+    let shown = agentry(sessions(home, &["show", "work", "--json"]), home).await;
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["grants"][0]["tool_name"], "write_file");
+    assert_eq!(shown["grants"][0]["kind"]["kind"], "allow");
+
+    let revoked = agentry(sessions(home, &["revoke", "work", "write_file"]), home).await;
+    assert_eq!(
+        text(&revoked.stdout),
+        "revoked 1 grant(s)\n",
+        "{}",
+        text(&revoked.stderr)
+    );
+    fake.push(write());
+    fake.push(Reply::text("Not written."));
+    let third = agentry(with_session(&fake, home, "and once more"), home).await;
+    let err = text(&third.stderr);
+    assert!(
+        err.contains("? Write notes.txt?"),
+        "asked again after the revoke: {err}"
+    );
+    assert!(!home.join("notes.txt").exists(), "declined: nobody could answer");
+    fake.assert_no_violations();
+}

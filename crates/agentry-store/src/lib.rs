@@ -39,6 +39,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod error;
+mod grants;
 mod memory;
 mod recorder;
 mod recovery;
@@ -48,6 +49,7 @@ mod transfer;
 mod types;
 
 pub use error::StoreError;
+pub use grants::{restore_grants, save_grants};
 pub use memory::SessionMemory;
 pub use recorder::CallRecorder;
 pub use recovery::REPLY_INTERRUPTED_BY_RESTART;

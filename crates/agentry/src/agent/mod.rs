@@ -108,12 +108,21 @@ type HookList = Arc<[(String, Arc<dyn AgentHook>)]>;
 pub const REPLY_INTERRUPTED_NOTE: &str = "<interrupted>The user interrupted the previous reply. Tool calls that were \
      running were stopped and may have partly run.</interrupted>";
 
-/// A decision stored for the rest of the session (A12, A13).
+/// A decision stored for the rest of the session (A12, A13): calls whose grant key matches are
+/// approved, or declined with the reason, without asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Grant {
+#[non_exhaustive]
+pub enum SessionGrant {
+    /// `ApproveForSession`: matching calls run without asking.
     Allow,
-    Deny { reason: Option<String> },
+    /// `DeclineForSession`: matching calls are declined without asking.
+    Deny {
+        /// The reason the model reads.
+        reason: Option<String>,
+    },
 }
+
+pub(crate) use SessionGrant as Grant;
 
 /// Cancellation and approval settings of an agent.
 #[derive(Debug, Clone)]
@@ -247,6 +256,45 @@ impl ReActAgent {
         AgentHandle {
             inner: Arc::clone(&self.inner),
         }
+    }
+
+    /// The session approval grants (A12, A13) by grant key, in key order: the tool name, then
+    /// (unless the tool's scope is any arguments) a NUL and the call's arguments as canonical
+    /// JSON. A store keeps them with the session (A14) and gives them back with
+    /// [`ReActAgent::restore_session_grants`].
+    pub fn session_grants(&self) -> Vec<(String, SessionGrant)> {
+        let grants = self
+            .inner
+            .session
+            .grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<(String, SessionGrant)> =
+            grants.iter().map(|(k, g)| (k.clone(), g.clone())).collect();
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+        list
+    }
+
+    /// Adds grants kept from an earlier run of the same session (A14), replacing any with the
+    /// same key.
+    pub fn restore_session_grants(&self, grants: impl IntoIterator<Item = (String, SessionGrant)>) {
+        self.inner
+            .session
+            .grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(grants);
+    }
+
+    /// Removes the grant with this key; whether there was one.
+    pub fn revoke_session_grant(&self, key: &str) -> bool {
+        self.inner
+            .session
+            .grants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key)
+            .is_some()
     }
 
     /// Forgets every session approval grant (A12, A13).

@@ -1,0 +1,70 @@
+//! Session approval grants kept with the session (spec A14): an agent's grants saved into its
+//! session and given back to the agent that continues it.
+
+use std::collections::HashMap;
+
+use agentry::agent::{ReActAgent, SessionGrant};
+use chrono::Utc;
+
+use crate::{Grant, GrantKind, SessionMemory, StoreError};
+
+fn kind(grant: &SessionGrant) -> GrantKind {
+    match grant {
+        SessionGrant::Deny { reason } => GrantKind::Deny {
+            reason: reason.clone(),
+        },
+        _ => GrantKind::Allow,
+    }
+}
+
+/// The tool a grant key is about: the key up to its arguments.
+fn tool_of(key: &str) -> &str {
+    key.split('\u{0}').next().unwrap_or(key)
+}
+
+/// Gives `agent` the grants kept in `memory`'s session; how many.
+pub async fn restore_grants(agent: &ReActAgent, memory: &SessionMemory) -> Result<usize, StoreError> {
+    let stored = memory.store().grants(&memory.session().id).await?;
+    let count = stored.len();
+    agent.restore_session_grants(stored.into_iter().map(|g| {
+        let grant = match g.kind {
+            GrantKind::Deny { reason } => SessionGrant::Deny { reason },
+            GrantKind::Allow => SessionGrant::Allow,
+        };
+        (g.key, grant)
+    }));
+    Ok(count)
+}
+
+/// Makes `memory`'s session hold exactly `agent`'s grants: new and changed ones written, ones
+/// the agent no longer has (revoked) removed. Returns how many rows changed.
+pub async fn save_grants(agent: &ReActAgent, memory: &SessionMemory) -> Result<usize, StoreError> {
+    let store = memory.store();
+    let stored: HashMap<String, GrantKind> = store
+        .grants(&memory.session().id)
+        .await?
+        .into_iter()
+        .map(|g| (g.key, g.kind))
+        .collect();
+    let current = agent.session_grants();
+    let mut changed = 0;
+    for (key, grant) in &current {
+        let kind = kind(grant);
+        if stored.get(key) != Some(&kind) {
+            let row = Grant {
+                key: key.clone(),
+                tool_name: tool_of(key).to_owned(),
+                kind,
+                created_at: Utc::now(),
+            };
+            store.put_grant(memory.lease(), &row).await?;
+            changed += 1;
+        }
+    }
+    for key in stored.keys() {
+        if !current.iter().any(|(k, _)| k == key) && store.revoke_grant(memory.lease(), key).await? {
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
