@@ -54,10 +54,13 @@ fn write_tx<'c>(conn: &'c mut Connection, ctx: &Ctx) -> Result<Transaction<'c>, 
         .map_err(|e| ctx.err(e))
 }
 
-/// Marks the session as written now.
+/// Marks the session as written now, to the second: a session written again within the same
+/// second keeps its time, so a step's writes do not each rewrite the session's page.
 fn touch(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
-    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
-        .and_then(|mut s| s.execute(params![id.as_str(), ts(Utc::now())]))
+    let now = Utc::now();
+    let stale = now - chrono::Duration::seconds(1);
+    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1 AND updated_at < ?3")
+        .and_then(|mut s| s.execute(params![id.as_str(), ts(now), ts(stale)]))
         .map_err(|e| ctx.err(e))?;
     Ok(())
 }
