@@ -9,9 +9,10 @@ use std::path::Path;
 
 use crate::common;
 
+use crate::sessions::{sessions, shown};
 use agentry_testkit::{Call, FakeLlm, Gate, Reply};
 use common::program::Program;
-use common::{agentry, command, output, run_args, text};
+use common::{agentry, command, output, run_args, text, write_call};
 use serde_json::Value;
 
 fn session_args(fake: &FakeLlm, home: &Path, extra: &[&str], prompt: &str) -> Vec<String> {
@@ -42,18 +43,7 @@ fn push_reply(fake: &FakeLlm, calls_pause: Option<(usize, Gate)>, answer_pause: 
 /// After a death: the session loads, the results the dead process announced are stored, and
 /// the next process continues with a well-formed request.
 async fn check_after_death(point: &str, home: &Path, dead_stderr: &str) {
-    let db = home.join("s.db").display().to_string();
-    let listed = agentry(
-        vec![
-            "sessions".into(),
-            "list".into(),
-            "--json".into(),
-            "--db".into(),
-            db.clone(),
-        ],
-        home,
-    )
-    .await;
+    let listed = agentry(sessions(home, &["list", "--json"]), home).await;
     assert!(
         listed.status.success(),
         "{point}: the database loads: {}",
@@ -61,20 +51,7 @@ async fn check_after_death(point: &str, home: &Path, dead_stderr: &str) {
     );
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     if listed.as_array().is_some_and(|a| !a.is_empty()) {
-        let shown = agentry(
-            vec![
-                "sessions".into(),
-                "show".into(),
-                "s".into(),
-                "--json".into(),
-                "--db".into(),
-                db.clone(),
-            ],
-            home,
-        )
-        .await;
-        assert!(shown.status.success(), "{point}: {}", text(&shown.stderr));
-        let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+        let shown = shown(home, "s").await;
         let stored_results: Vec<String> = shown["messages"]
             .as_array()
             .unwrap()
@@ -119,19 +96,7 @@ async fn check_after_death(point: &str, home: &Path, dead_stderr: &str) {
     );
 
     // What is stored is whole again: every call closed, with exactly one result.
-    let shown = agentry(
-        vec![
-            "sessions".into(),
-            "show".into(),
-            "s".into(),
-            "--json".into(),
-            "--db".into(),
-            db,
-        ],
-        home,
-    )
-    .await;
-    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let shown = shown(home, "s").await;
     for call in shown["calls"].as_array().unwrap() {
         assert_eq!(call["status"]["status"], "finished", "{point}: {call}");
     }
@@ -229,11 +194,7 @@ async fn y4_a_process_killed_anywhere_in_a_reply_leaves_a_session_the_next_one_c
         let home = tempfile::tempdir().unwrap();
         let home = home.path();
         let fake = FakeLlm::start().await;
-        fake.push(Reply::tool_calls([Call::new(
-            "w",
-            "write_file",
-            r#"{"path": "notes.txt", "content": "hello"}"#,
-        )]));
+        fake.push(write_call());
         let program = Program::start(&session_args(&fake, home, &[], "write"), home);
         program.stderr_has("? Write notes.txt?").await;
         program.kill();

@@ -8,7 +8,7 @@ use crate::common;
 use agentry::tool::{CANCELLED_BEFORE_START, declined_text};
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::program::Program;
-use common::run_args;
+use common::{run_args, write_call};
 
 /// `agentry run PROMPT` against the fake model, `workdir` also its HOME.
 fn run(fake: &FakeLlm, workdir: &std::path::Path, prompt: &str) -> Program {
@@ -16,14 +16,6 @@ fn run(fake: &FakeLlm, workdir: &std::path::Path, prompt: &str) -> Program {
         &run_args(&fake.base_url(), workdir, &["--no-mcp"], prompt),
         workdir,
     )
-}
-
-fn write_call() -> Reply {
-    Reply::tool_calls([Call::new(
-        "w",
-        "write_file",
-        r#"{"path": "notes.txt", "content": "hello"}"#,
-    )])
 }
 
 fn tool_message(fake: &FakeLlm, n: usize, call_id: &str) -> String {

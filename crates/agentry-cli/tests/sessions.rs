@@ -9,10 +9,10 @@ use agentry::tool::INTERRUPTED_RESTART;
 use agentry_store::REPLY_INTERRUPTED_BY_RESTART;
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::program::Program;
-use common::{agentry, run_args, text};
+use common::{agentry, run_args, text, write_call};
 use serde_json::Value;
 
-fn sessions(home: &std::path::Path, args: &[&str]) -> Vec<String> {
+pub fn sessions(home: &std::path::Path, args: &[&str]) -> Vec<String> {
     std::iter::once("sessions")
         .chain(args.iter().copied())
         .map(str::to_owned)
@@ -28,6 +28,13 @@ fn with_session(fake: &FakeLlm, home: &std::path::Path, prompt: &str) -> Vec<Str
         &["--no-mcp", "--session", "work", "--db", &db],
         prompt,
     )
+}
+
+/// `agentry sessions show NAME --json` of the database in `home`.
+pub async fn shown(home: &std::path::Path, name: &str) -> Value {
+    let out = agentry(sessions(home, &["show", name, "--json"]), home).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The roles and contents of request `n`'s messages, the system prompt left out.
@@ -90,11 +97,11 @@ async fn a_session_continues_in_the_next_process_and_is_listed_shown_exported_im
     assert_eq!(listed[0]["name"], "work");
     assert_eq!(listed[0]["message_count"], 6);
 
-    let shown = agentry(sessions(home, &["show", "work"]), home).await;
-    let shown = text(&shown.stdout);
-    assert!(shown.contains("you: What is 6*7?"), "{shown}");
-    assert!(shown.contains("agent -> calculate("), "{shown}");
-    assert!(shown.contains("<- calculate [completed]: 42"), "{shown}");
+    let page = agentry(sessions(home, &["show", "work"]), home).await;
+    let page = text(&page.stdout);
+    assert!(page.contains("you: What is 6*7?"), "{page}");
+    assert!(page.contains("agent -> calculate("), "{page}");
+    assert!(page.contains("<- calculate [completed]: 42"), "{page}");
 
     let file = home.join("work.json");
     let exported = agentry(
@@ -119,8 +126,7 @@ async fn a_session_continues_in_the_next_process_and_is_listed_shown_exported_im
     .await;
     assert!(imported.status.success(), "{}", text(&imported.stderr));
     let original: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    let copy = agentry(sessions(home, &["show", "copy", "--json"]), home).await;
-    let copy: Value = serde_json::from_slice(&copy.stdout).unwrap();
+    let copy = shown(home, "copy").await;
     assert_eq!(copy["messages"], original["messages"]);
     assert_eq!(copy["calls"], original["calls"]);
     assert_eq!(
@@ -153,11 +159,7 @@ async fn y4_killed_while_an_approval_waits_the_next_process_tells_the_model() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
     let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([Call::new(
-        "w",
-        "write_file",
-        r#"{"path": "notes.txt", "content": "hello"}"#,
-    )]));
+    fake.push(write_call());
     let program = Program::start(&with_session(&fake, home, "write hello to notes.txt"), home);
     program.stderr_has("? Write notes.txt?").await;
     let pid = rustix::process::Pid::from_raw(program.pid() as i32).unwrap();
@@ -195,11 +197,7 @@ async fn a_second_writer_on_a_session_is_refused_with_a_clear_error() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
     let fake = FakeLlm::start().await;
-    fake.push(Reply::tool_calls([Call::new(
-        "w",
-        "write_file",
-        r#"{"path": "notes.txt", "content": "hello"}"#,
-    )]));
+    fake.push(write_call());
     let mut first = Program::start(&with_session(&fake, home, "write hello"), home);
     first.stderr_has("? Write notes.txt?").await;
     let second = agentry(with_session(&fake, home, "meanwhile"), home).await;
@@ -305,15 +303,8 @@ async fn y4_chat_killed_in_the_middle_of_a_tool_continues_with_the_model_told() 
 async fn a14_an_always_answer_holds_in_the_next_process_until_revoked() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
-    let write = || {
-        Reply::tool_calls([Call::new(
-            "w",
-            "write_file",
-            r#"{"path": "notes.txt", "content": "hello"}"#,
-        )])
-    };
     let fake = FakeLlm::start().await;
-    fake.push(write());
+    fake.push(write_call());
     fake.push(Reply::text("Written."));
     let mut first = Program::start(&with_session(&fake, home, "write hello"), home);
     first.stderr_has("? Write notes.txt?").await;
@@ -324,7 +315,7 @@ async fn a14_an_always_answer_holds_in_the_next_process_until_revoked() {
     std::fs::remove_file(home.join("notes.txt")).unwrap();
 
     // stdin closed: a question would be declined for want of an answer.
-    fake.push(write());
+    fake.push(write_call());
     fake.push(Reply::text("Written again."));
     let second = agentry(with_session(&fake, home, "write hello again"), home).await;
     let err = text(&second.stderr);
@@ -338,8 +329,7 @@ async fn a14_an_always_answer_holds_in_the_next_process_until_revoked() {
         "written under the session's grant"
     );
     std::fs::remove_file(home.join("notes.txt")).unwrap();
-    let shown = agentry(sessions(home, &["show", "work", "--json"]), home).await;
-    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let shown = shown(home, "work").await;
     assert_eq!(shown["grants"][0]["tool_name"], "write_file");
     assert_eq!(shown["grants"][0]["kind"]["kind"], "allow");
 
@@ -350,7 +340,7 @@ async fn a14_an_always_answer_holds_in_the_next_process_until_revoked() {
         "{}",
         text(&revoked.stderr)
     );
-    fake.push(write());
+    fake.push(write_call());
     fake.push(Reply::text("Not written."));
     let third = agentry(with_session(&fake, home, "and once more"), home).await;
     let err = text(&third.stderr);

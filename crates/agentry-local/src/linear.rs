@@ -205,6 +205,20 @@ mod tests {
     use super::*;
     use candle_core::Device;
 
+    /// The largest difference between two tensors of one shape.
+    fn max_difference(a: Tensor, b: Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
     #[test]
     fn one_token_row_by_row_matches_candles_product() {
         let device = Device::Cpu;
@@ -222,16 +236,7 @@ mod tests {
                 .unwrap();
             let ours = QuantLinear::new(quantized).unwrap().forward(&x).unwrap();
             assert_eq!(ours.dims(), &[1, 1, 512]);
-            let difference = (ours - reference)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let difference = max_difference(ours, reference);
             assert!(difference < 1e-3, "{dtype:?}: differs by {difference}");
         }
     }
@@ -259,16 +264,7 @@ mod tests {
                 .forward(&x)
                 .unwrap();
             assert_eq!(ours.dims(), &[1, tokens, 131]);
-            let difference = (ours - reference)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let difference = max_difference(ours, reference);
             assert!(difference < 1e-3, "{tokens} tokens: differs by {difference}");
         }
     }

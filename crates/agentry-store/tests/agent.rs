@@ -233,6 +233,24 @@ fn waiting_agent(
     (agent, started, release)
 }
 
+type Running = tokio::task::JoinHandle<Result<Msg, agentry::AgentError>>;
+
+/// A session in `path` whose reply is running its `wait` tool: the memory, the reply, and the
+/// tool's gate.
+async fn a_reply_in_its_tool_at(
+    path: &std::path::PathBuf,
+) -> (Arc<SessionMemory>, Running, Arc<tokio::sync::Notify>) {
+    let memory = Arc::new(
+        SessionMemory::open_or_create(open(path), "chat", &json!({}))
+            .await
+            .unwrap(),
+    );
+    let (agent, mut started, release) = waiting_agent(Arc::clone(&memory));
+    let reply = tokio::spawn(async move { agent.reply(Msg::user("wait")).await });
+    within("the tool's start", started.recv()).await;
+    (memory, reply, release)
+}
+
 async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(std::time::Duration::from_secs(20), future)
         .await
@@ -242,15 +260,8 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
 #[tokio::test]
 async fn a_call_is_recorded_when_made_when_started_and_with_its_result() {
     let (_dir, path) = db();
-    let memory = Arc::new(
-        SessionMemory::open_or_create(open(&path), "chat", &json!({}))
-            .await
-            .unwrap(),
-    );
+    let (memory, reply, release) = a_reply_in_its_tool_at(&path).await;
     let id = memory.session().id.clone();
-    let (agent, mut started, release) = waiting_agent(Arc::clone(&memory));
-    let reply = tokio::spawn(async move { agent.reply(Msg::user("wait")).await });
-    within("the tool's start", started.recv()).await;
 
     // Read by another connection, as another process would.
     let running = open(&path).calls(&id).await.unwrap();
@@ -282,15 +293,8 @@ async fn a_call_is_recorded_when_made_when_started_and_with_its_result() {
 #[tokio::test]
 async fn y4_a_call_that_was_running_when_the_process_died_may_have_partly_run() {
     let (_dir, path) = db();
-    let memory = Arc::new(
-        SessionMemory::open_or_create(open(&path), "chat", &json!({}))
-            .await
-            .unwrap(),
-    );
+    let (memory, reply, _release) = a_reply_in_its_tool_at(&path).await;
     let id = memory.session().id.clone();
-    let (agent, mut started, _release) = waiting_agent(Arc::clone(&memory));
-    let reply = tokio::spawn(async move { agent.reply(Msg::user("wait")).await });
-    within("the tool's start", started.recv()).await;
     // The process dies: nothing after this point runs, not even a cancel.
     reply.abort();
     let _ = reply.await;

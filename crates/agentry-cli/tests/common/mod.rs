@@ -81,3 +81,12 @@ pub fn chat_args(fake_url: &str, workdir: &Path) -> Vec<String> {
     args.pop();
     args
 }
+
+/// The model's call `w` of `write_file`, writing "hello" to notes.txt (asks for approval).
+pub fn write_call() -> agentry_testkit::Reply {
+    agentry_testkit::Reply::tool_calls([agentry_testkit::Call::new(
+        "w",
+        "write_file",
+        r#"{"path": "notes.txt", "content": "hello"}"#,
+    )])
+}
