@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agentry::agent::{AgentEvent, AgentHandle, ApprovalError, ReActAgent, ReActAgentBuilder};
+use agentry::agent::{AgentEvent, AgentHandle, ApprovalError, ReActAgent, ReActAgentBuilder, SessionGrant};
 use agentry::message::Msg;
 use agentry::tool::{
     ApprovalDecision, ApprovalRequest, CANCELLED_BEFORE_START, CancelOutcome, CancelPhase, CancelReason,
@@ -319,6 +319,62 @@ async fn a14_grants_belong_to_one_agent_session() {
     handle.decide("g3", ApprovalDecision::Approve).unwrap();
     let (_, events) = driver.finish().await;
     check_all(&first, &events).await;
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a14_grants_read_from_one_agent_hold_in_the_agent_that_continues_its_session() {
+    let (fake, toolkit, probe) = setup(vec![call("g1", "guarded", json!({"result": "a"}))], guarded()).await;
+    let first = new_agent(&fake, toolkit.clone());
+    let handle = first.handle();
+    let mut driver = Driver::new(first.start_reply(Msg::user("go")));
+    driver.wait_for("asked", asked("g1")).await;
+    handle
+        .decide(
+            "g1",
+            ApprovalDecision::DeclineForSession {
+                reason: Some("not here".into()),
+            },
+        )
+        .unwrap();
+    let _ = driver.finish().await;
+    let kept = first.session_grants();
+    assert_eq!(kept.len(), 1);
+    assert!(
+        kept[0].0.starts_with("guarded\u{0}"),
+        "tool name, then the arguments: {:?}",
+        kept[0].0
+    );
+    assert_eq!(
+        kept[0].1,
+        SessionGrant::Deny {
+            reason: Some("not here".into())
+        }
+    );
+
+    // The same session continued by a new agent (a new process): declined without asking.
+    let second = new_agent(&fake, toolkit);
+    second.restore_session_grants(kept.clone());
+    fake.push(Reply::tool_calls([call("g2", "guarded", json!({"result": "a"}))]));
+    fake.push(Reply::text("done"));
+    let (_, events) = Driver::new(second.start_reply(Msg::user("again"))).finish().await;
+    check_all(&second, &events).await;
+    assert!(matches!(state_of(&events, "g2"), ToolCallState::Declined { .. }));
+    assert_eq!(probe.runs(), 0, "declined both times, never run");
+
+    // Revoked: asked again.
+    assert!(second.revoke_session_grant(&kept[0].0));
+    assert!(!second.revoke_session_grant(&kept[0].0), "gone");
+    assert!(second.session_grants().is_empty());
+    fake.push(Reply::tool_calls([call("g3", "guarded", json!({"result": "a"}))]));
+    fake.push(Reply::text("done"));
+    let other = second.handle();
+    let mut driver = Driver::new(second.start_reply(Msg::user("once more")));
+    driver.wait_for("asked after the revoke", asked("g3")).await;
+    other.decide("g3", ApprovalDecision::Approve).unwrap();
+    let (_, events) = driver.finish().await;
+    check_all(&second, &events).await;
+    assert_eq!(probe.runs(), 1);
     fake.assert_no_violations();
 }
 
