@@ -378,6 +378,71 @@ async fn a14_grants_read_from_one_agent_hold_in_the_agent_that_continues_its_ses
     fake.assert_no_violations();
 }
 
+/// The stored conversation of a process that stopped while its call waited for approval.
+async fn stopped_while_asking(agent: &ReActAgent) {
+    agent
+        .memory()
+        .add(vec![
+            Msg::user("go"),
+            Msg::new(
+                "agent",
+                agentry::message::Role::Assistant,
+                vec![agentry::message::ContentBlock::ToolUse(
+                    agentry::message::ToolUseBlock {
+                        id: "g1".into(),
+                        name: "guarded".into(),
+                        input: json!({"result": "done once"}),
+                        raw_input: None,
+                    },
+                )],
+            ),
+        ])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resumed_reply_asks_about_a_call_left_waiting_and_runs_it_once_approved() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("after the tool"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register_with(probe.tool("guarded"), guarded()).unwrap();
+    let agent = new_agent(&fake, toolkit);
+    stopped_while_asking(&agent).await;
+    let handle = agent.handle();
+    let mut driver = Driver::new(agent.start_resumed_reply());
+    driver.wait_for("asked about the waiting call", asked("g1")).await;
+    handle.decide("g1", ApprovalDecision::Approve).unwrap();
+    let (reply, events) = driver.finish().await;
+    check_all(&agent, &events).await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("after the tool"));
+    assert_eq!(state_of(&events, "g1"), ToolCallState::Completed);
+    assert_eq!(probe.runs(), 1, "run once, after the approval");
+    let request = &fake.requests()[0].body["messages"];
+    let result = request
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert_eq!(result["content"], "done once", "the model reads the result");
+    fake.assert_no_violations();
+
+    // A plain continuation does not run such a call: it is closed as interrupted.
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("noted"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register_with(probe.tool("guarded"), guarded()).unwrap();
+    let agent = new_agent(&fake, toolkit);
+    stopped_while_asking(&agent).await;
+    let (_, events) = Driver::new(agent.start_reply(None)).finish().await;
+    check_all(&agent, &events).await;
+    assert_eq!(probe.runs(), 0);
+    fake.assert_no_violations();
+}
+
 #[tokio::test]
 async fn a6_a_failing_request_function_asks_generically_and_never_approves() {
     let failing: Vec<ToolOptions> = vec![

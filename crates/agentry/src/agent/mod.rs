@@ -72,7 +72,7 @@ use crate::message::Msg;
 use crate::model::{ChatModel, ModelError};
 use crate::tool::Toolkit;
 use events::EventHub;
-use react::ReplyCx;
+use react::{Incoming, ReplyCx};
 use structured::StructuredSpec;
 
 /// Why a reply failed.
@@ -312,7 +312,13 @@ impl ReActAgent {
     /// message carries `"interrupted": true` in its metadata.
     /// Concurrent replies of one agent run one after the other.
     pub async fn reply(&self, msg: impl Into<Option<Msg>>) -> Result<Msg, AgentError> {
-        ReplyCx::run(&self.inner, msg.into(), None, react::new_reply(None)).await
+        ReplyCx::run(
+            &self.inner,
+            Incoming::Message(msg.into()),
+            None,
+            react::new_reply(None),
+        )
+        .await
     }
 
     /// Replies and returns the structured output of type `T` produced through the finish
@@ -323,18 +329,38 @@ impl ReActAgent {
         T: JsonSchema + DeserializeOwned,
     {
         let spec = StructuredSpec::new::<T>()?;
-        let reply = ReplyCx::run(&self.inner, msg.into(), Some(spec), react::new_reply(None)).await?;
+        let reply = ReplyCx::run(
+            &self.inner,
+            Incoming::Message(msg.into()),
+            Some(spec),
+            react::new_reply(None),
+        )
+        .await?;
         Structured::from_reply(reply)
     }
 
     /// Starts a reply on its own task and returns its events as they happen, then its result.
     pub fn start_reply(&self, msg: impl Into<Option<Msg>>) -> ReplyRun {
+        self.spawn_reply(Incoming::Message(msg.into()))
+    }
+
+    /// Starts a reply that first acts on the calls of the last model message that have no
+    /// result yet, asking for approval and running them as any call, then goes on from their
+    /// results. This resumes a conversation stored while its calls waited for approval (a
+    /// session reopened by a new process); without such calls it is `start_reply(None)`.
+    ///
+    /// Only for calls that never started: one that may have run must be closed as interrupted
+    /// instead (the session store's recovery does), or its side effects would happen twice.
+    pub fn start_resumed_reply(&self) -> ReplyRun {
+        self.spawn_reply(Incoming::Resume)
+    }
+
+    fn spawn_reply(&self, incoming: Incoming) -> ReplyRun {
         let (tx, rx) = mpsc::unbounded_channel();
         let inner = Arc::clone(&self.inner);
-        let msg = msg.into();
         let active = react::new_reply(Some(tx));
         let reply = Arc::downgrade(&active);
-        let task = tokio::spawn(async move { ReplyCx::run(&inner, msg, None, active).await });
+        let task = tokio::spawn(async move { ReplyCx::run(&inner, incoming, None, active).await });
         ReplyRun {
             events: EventStream::new(rx),
             task: Some(task),

@@ -1,5 +1,6 @@
 //! The reasoning/acting loop of one reply.
 
+use crate::message::ToolUseBlock;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -59,11 +60,19 @@ pub(crate) struct ReplyCx<'a> {
     pub(super) repeated: RepeatedCalls,
 }
 
+/// What starts a reply.
+pub(crate) enum Incoming {
+    /// A new message, or none to continue the conversation.
+    Message(Option<Msg>),
+    /// Act on the calls of the last model message that have no result, then continue.
+    Resume,
+}
+
 impl<'a> ReplyCx<'a> {
     /// Runs one reply from start to `ReplyFinished`.
     pub(crate) async fn run(
         inner: &'a AgentInner,
-        msg: Option<Msg>,
+        incoming: Incoming,
         structured: Option<StructuredSpec>,
         active: Arc<ActiveReply>,
     ) -> Result<Msg, AgentError> {
@@ -91,7 +100,7 @@ impl<'a> ReplyCx<'a> {
             repeated: RepeatedCalls::default(),
         };
         let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
-        let outcome = cx.reply(msg, structured.as_ref()).instrument(span).await;
+        let outcome = cx.reply(incoming, structured.as_ref()).instrument(span).await;
         let stop_reason = match &outcome {
             Ok((_, reason)) => reason.clone(),
             Err(e) => StopReason::Failed(e.to_string()),
@@ -118,9 +127,20 @@ impl<'a> ReplyCx<'a> {
 
     async fn reply(
         &mut self,
-        mut msg: Option<Msg>,
+        incoming: Incoming,
         structured: Option<&StructuredSpec>,
     ) -> Result<(Msg, StopReason), AgentError> {
+        let mut msg = match incoming {
+            Incoming::Message(msg) => msg,
+            Incoming::Resume => {
+                // Before the pairing check, which would close these calls as interrupted.
+                let waiting = self.unanswered_calls().await?;
+                if !waiting.is_empty() {
+                    self.acting(waiting, structured).await?;
+                }
+                None
+            }
+        };
         self.ensure_memory_pairs().await?;
         for (_, hook) in self.hooks.iter() {
             hook.pre_reply(&self.hook_cx, &mut msg).await;
@@ -213,6 +233,24 @@ impl<'a> ReplyCx<'a> {
             .unwrap_or_else(|| Msg::new(&self.inner.config.name, Role::Assistant, Vec::new()));
         reply.metadata.insert("interrupted".into(), Value::Bool(true));
         Ok((reply, StopReason::Cancelled))
+    }
+
+    /// The calls of the last model message that have no result yet.
+    async fn unanswered_calls(&self) -> Result<Vec<ToolUseBlock>, AgentError> {
+        let msgs = self.inner.config.memory.messages().await?;
+        let Some(at) = msgs.iter().rposition(|m| m.role == Role::Assistant) else {
+            return Ok(Vec::new());
+        };
+        let answered: HashSet<&str> = msgs[at + 1..]
+            .iter()
+            .flat_map(Msg::tool_results)
+            .map(|r| r.id.as_str())
+            .collect();
+        Ok(msgs[at]
+            .tool_uses()
+            .filter(|call| !answered.contains(call.id.as_str()))
+            .cloned()
+            .collect())
     }
 
     /// Repairs memory before the first model request if an earlier reply (or whoever filled the
