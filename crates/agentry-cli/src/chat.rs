@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
 use crate::session::{Outcome, Terminal, received};
-use crate::sessions::after_reply;
+use crate::sessions::{after_reply, resume_waiting_calls};
 use agentry_store::SessionMemory;
 
 /// One reply, its token use added to the session's ledger.
@@ -42,7 +42,16 @@ pub async fn chat(args: ChatArgs) -> ExitCode {
         Ok(setup) => setup,
         Err(code) => return code,
     };
-    let code = converse(&agent, session.as_deref(), &mut terminal).await;
+    let code = match resume_waiting_calls(session.as_deref(), &agent, &mut terminal).await {
+        Some(Outcome::Quit) => ExitCode::from(EXIT_INTERRUPTED),
+        Some(Outcome::Terminated) => ExitCode::from(EXIT_TERMINATED),
+        resumed => {
+            if let Some(Outcome::Finished { result: Err(e), .. }) = &resumed {
+                report_error(e);
+            }
+            converse(&agent, session.as_deref(), &mut terminal).await
+        }
+    };
     mcp.close().await;
     if args.agent.verbose {
         crate::run::print_local_figures(&local);

@@ -16,8 +16,8 @@ use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
-use crate::sessions::{StoreArgs, after_reply, open_session};
-use agentry_store::{CallRecorder, SessionMemory};
+use crate::sessions::{StoreArgs, after_reply, open_session, resume_waiting_calls};
+use agentry_store::{CallRecorder, PendingApprovals, SessionMemory};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
 const EXIT_CONFIG: u8 = 2;
@@ -65,6 +65,10 @@ pub struct AgentArgs {
     /// call is stored (see `agentry sessions`) and survives a crash
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
+    /// With --session: close tool calls that were waiting for approval when the last run
+    /// stopped, as interrupted, instead of asking about them again
+    #[arg(long, requires = "session")]
+    pub close_pending: bool,
     #[command(flatten)]
     pub store: StoreArgs,
 }
@@ -203,7 +207,22 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     let file = load_config_file(args.model.config.as_deref())?;
     // Before the model loads: a session another agentry is using stops the command at once.
     let session = match &args.session {
-        Some(name) => Some(open_session(&args.store, name, &serde_json::json!({"agent": "agentry"})).await?),
+        Some(name) => {
+            let pending = if args.close_pending {
+                PendingApprovals::Close
+            } else {
+                PendingApprovals::Keep
+            };
+            Some(
+                open_session(
+                    &args.store,
+                    name,
+                    &serde_json::json!({"agent": "agentry"}),
+                    pending,
+                )
+                .await?,
+            )
+        }
         None => None,
     };
     let (model, local) = build_model_with_figures(provider_config(&args.model, &file)?).await?;
@@ -305,8 +324,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(setup) => setup,
         Err(code) => return code,
     };
-    let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
-    after_reply(session.as_deref(), &agent, &mut terminal).await;
+    let resumed = resume_waiting_calls(session.as_deref(), &agent, &mut terminal).await;
+    let outcome = match resumed {
+        Some(outcome @ (Outcome::Quit | Outcome::Terminated | Outcome::Finished { result: Err(_), .. })) => {
+            outcome
+        }
+        _ => {
+            let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
+            after_reply(session.as_deref(), &agent, &mut terminal).await;
+            outcome
+        }
+    };
     mcp.close().await;
     if args.agent.verbose {
         print_local_figures(&local);

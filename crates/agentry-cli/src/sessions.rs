@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agentry::message::{Msg, Role};
-use agentry_store::{SessionExport, SessionInfo, SessionMemory, SessionStore, SqliteStore, StoreError};
+use agentry_store::{
+    PendingApprovals, SessionExport, SessionInfo, SessionMemory, SessionStore, SqliteStore, StoreError,
+};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
@@ -49,10 +51,11 @@ pub async fn open_session(
     store: &StoreArgs,
     name: &str,
     config: &serde_json::Value,
+    pending: PendingApprovals,
 ) -> anyhow::Result<Arc<SessionMemory>> {
     let opened = store.open()?;
     let store: Arc<dyn SessionStore> = opened;
-    let memory = match SessionMemory::open_or_create(store, name, config).await {
+    let memory = match SessionMemory::open_or_create_with(store, name, config, pending).await {
         Ok(memory) => memory,
         Err(e @ StoreError::SessionBusy { .. }) => {
             anyhow::bail!(
@@ -72,6 +75,28 @@ pub async fn open_session(
         );
     }
     Ok(Arc::new(memory))
+}
+
+/// When the last process stopped while calls waited for approval: asks about them again, runs
+/// the approved ones (once) and lets the model go on from their results, before anything else.
+/// `None` when nothing waited.
+pub async fn resume_waiting_calls(
+    session: Option<&SessionMemory>,
+    agent: &agentry::ReActAgent,
+    terminal: &mut crate::session::Terminal,
+) -> Option<crate::session::Outcome> {
+    let memory = session?;
+    let waiting = memory.recovery().pending_kept.len();
+    if waiting == 0 {
+        return None;
+    }
+    eprintln!(
+        "agentry: {waiting} tool call(s) of the last run still wait for your decision; asking again \
+         (--close-pending closes them instead)."
+    );
+    let outcome = terminal.drive(agent.start_resumed_reply()).await;
+    after_reply(Some(memory), agent, terminal).await;
+    Some(outcome)
 }
 
 /// After a reply: its token use into the session's ledger, and the approval grants it made

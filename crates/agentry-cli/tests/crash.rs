@@ -75,7 +75,8 @@ async fn check_after_death(point: &str, home: &Path, dead_stderr: &str) {
     // A server of its own: the dead process may have left replies unasked for.
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("Carrying on."));
-    let next = agentry(session_args(&fake, home, &[], "carry on"), home).await;
+    // Calls left waiting for approval are closed here (their own test asks about them again).
+    let next = agentry(session_args(&fake, home, &["--close-pending"], "carry on"), home).await;
     assert!(
         next.status.success(),
         "{point}: the next process continues: {}",

@@ -155,7 +155,7 @@ async fn a_session_continues_in_the_next_process_and_is_listed_shown_exported_im
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn y4_killed_while_an_approval_waits_the_next_process_tells_the_model() {
+async fn y4_killed_while_an_approval_waits_the_next_process_closes_it_by_choice_and_tells_the_model() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
     let fake = FakeLlm::start().await;
@@ -169,7 +169,17 @@ async fn y4_killed_while_an_approval_waits_the_next_process_tells_the_model() {
 
     // A second writer is refused while... nobody holds it now: the next process continues.
     fake.push(Reply::text("The write did not happen; shall I try again?"));
-    let next = agentry(with_session(&fake, home, "what happened?"), home).await;
+    let db = home.join("s.db").display().to_string();
+    let next = agentry(
+        run_args(
+            &fake.base_url(),
+            home,
+            &["--no-mcp", "--session", "work", "--db", &db, "--close-pending"],
+            "what happened?",
+        ),
+        home,
+    )
+    .await;
     let err = text(&next.stderr);
     assert!(next.status.success(), "{err}");
     assert!(err.contains("left in the middle of a reply"), "{err}");
@@ -350,4 +360,50 @@ async fn a14_an_always_answer_holds_in_the_next_process_until_revoked() {
     );
     assert!(!home.join("notes.txt").exists(), "declined: nobody could answer");
     fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_approval_when_the_process_died_is_asked_again_and_runs_once() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(write_call());
+    let first = Program::start(&with_session(&fake, home, "write hello to notes.txt"), home);
+    first.stderr_has("? Write notes.txt?").await;
+    let pending = shown(home, "work").await["pending_approvals"].clone();
+    assert_eq!(
+        pending[0]["call_id"], "w",
+        "kept before the question was shown: {pending}"
+    );
+    first.kill();
+    let _ = first.finish().await;
+
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Written, as you approved."));
+    fake.push(Reply::text("Nothing else to do."));
+    let mut second = Program::start(&with_session(&fake, home, "anything else?"), home);
+    second.stderr_has("still wait for your decision").await;
+    second.stderr_has("? Write notes.txt?").await;
+    assert!(!home.join("notes.txt").exists(), "not run before the approval");
+    second.type_line("y");
+    let (status, out, err) = second.finish().await;
+    assert!(status.success(), "{err}");
+    assert_eq!(out, "Written, as you approved.\nNothing else to do.\n");
+    assert_eq!(std::fs::read_to_string(home.join("notes.txt")).unwrap(), "hello");
+    let seen = conversation(&fake, 0);
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen[2].0, "tool");
+    assert!(
+        !seen[2].1.contains("interrupted"),
+        "the real result: {}",
+        seen[2].1
+    );
+    assert_eq!(conversation(&fake, 1).last().unwrap().1, "anything else?");
+    fake.assert_no_violations();
+
+    let stored = shown(home, "work").await;
+    assert_eq!(stored["pending_approvals"], serde_json::json!([]));
+    let call = &stored["calls"][0];
+    assert_eq!(call["status"]["outcome"]["state"], "completed", "{call}");
+    assert_eq!(call["decision_source"], "user", "{call}");
 }

@@ -57,6 +57,6 @@ pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Lease, SessionStore};
 pub use transfer::{EXPORT_FORMAT, EXPORT_VERSION, SessionExport};
 pub use types::{
-    CallRecord, CallStatus, Grant, GrantKind, PendingApproval, Recovered, Recovery, SessionId, SessionInfo,
-    UsageTotals,
+    CallRecord, CallStatus, Grant, GrantKind, PendingApproval, PendingApprovals, Recovered, Recovery,
+    SessionId, SessionInfo, UsageTotals,
 };

@@ -8,7 +8,7 @@ use agentry::message::Msg;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::{Lease, Recovery, SessionId, SessionInfo, SessionStore, StoreError};
+use crate::{Lease, PendingApprovals, Recovery, SessionId, SessionInfo, SessionStore, StoreError};
 
 /// The messages as committed, in order, for reads without a round trip to the store.
 #[derive(Debug, Default)]
@@ -64,8 +64,18 @@ impl SessionMemory {
     /// Opens the session `id` for writing: takes its lease (refused with
     /// [`StoreError::SessionBusy`] if another writer has it), recovers it, loads its messages.
     pub async fn open(store: Arc<dyn SessionStore>, id: &SessionId) -> Result<Self, StoreError> {
+        Self::open_with(store, id, PendingApprovals::Close).await
+    }
+
+    /// [`SessionMemory::open`], with calls left waiting for approval kept waiting or closed
+    /// (see [`PendingApprovals`]).
+    pub async fn open_with(
+        store: Arc<dyn SessionStore>,
+        id: &SessionId,
+        pending: PendingApprovals,
+    ) -> Result<Self, StoreError> {
         let lease = store.acquire(id).await?;
-        let recovered = store.recover(&lease).await?;
+        let recovered = store.recover(&lease, pending).await?;
         let info = store
             .session(id)
             .await?
@@ -85,6 +95,17 @@ impl SessionMemory {
         name: &str,
         config: &Value,
     ) -> Result<Self, StoreError> {
+        Self::open_or_create_with(store, name, config, PendingApprovals::Close).await
+    }
+
+    /// [`SessionMemory::open_or_create`], with calls left waiting for approval kept waiting
+    /// or closed (see [`PendingApprovals`]).
+    pub async fn open_or_create_with(
+        store: Arc<dyn SessionStore>,
+        name: &str,
+        config: &Value,
+        pending: PendingApprovals,
+    ) -> Result<Self, StoreError> {
         let info = match store.session_named(name).await? {
             Some(info) => info,
             None => match store.create_session(name, config).await {
@@ -97,7 +118,7 @@ impl SessionMemory {
                 Err(e) => return Err(e),
             },
         };
-        Self::open(store, &info.id).await
+        Self::open_with(store, &info.id, pending).await
     }
 
     /// The session, as it was when opened.

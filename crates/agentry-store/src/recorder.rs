@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use agentry::agent::{AgentHook, HookContext};
 use agentry::message::ToolUseBlock;
+use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
 use async_trait::async_trait;
 use chrono::Utc;
 
@@ -17,10 +18,10 @@ use crate::{CallRecord, CallStatus, SessionMemory};
 /// so that recovery after a crash tells the model the call "may have partly run" rather than
 /// that it never started.
 ///
-/// The hooks run before approval, so a call that was waiting for approval when the process
-/// stopped is also reported as possibly run: the cautious reading, since the model then checks
-/// rather than assumes nothing happened. Register this hook after any hook that rewrites
-/// calls, so it records the arguments as they run.
+/// It also keeps approval questions (the call waits, with what the user is asked) and
+/// decisions, so that a call waiting for approval when the process stopped can be asked about
+/// again ([`PendingApprovals::Keep`](crate::PendingApprovals)). Register this hook after any
+/// hook that rewrites calls, so it records the arguments as they run.
 ///
 /// ```no_run
 /// # async fn demo(model: std::sync::Arc<dyn agentry::model::ChatModel>) -> Result<(), Box<dyn std::error::Error>> {
@@ -64,6 +65,46 @@ impl AgentHook for CallRecorder {
             .await
         {
             tracing::warn!(call = %call.id, error = %e, "the session store did not record the call's start");
+        }
+    }
+
+    async fn approval_requested(&self, _ctx: &HookContext, call: &ToolUseBlock, request: &ApprovalRequest) {
+        if let Err(e) = self
+            .memory
+            .store()
+            .request_approval(self.memory.lease(), &call.id, request)
+            .await
+        {
+            tracing::warn!(call = %call.id, error = %e, "the session store did not keep the approval question");
+        }
+    }
+
+    async fn approval_decided(
+        &self,
+        ctx: &HookContext,
+        call: &ToolUseBlock,
+        decision: &ApprovalDecision,
+        source: DecisionSource,
+    ) {
+        let store = self.memory.store();
+        let lease = self.memory.lease();
+        if let Err(e) = store.resolve_approval(lease, &call.id, decision, source).await {
+            tracing::warn!(call = %call.id, error = %e, "the session store did not record the decision");
+            return;
+        }
+        // Approved: the body starts now (or when a slot frees), so a crash from here on may
+        // leave it partly run.
+        if matches!(
+            decision,
+            ApprovalDecision::Approve | ApprovalDecision::ApproveForSession
+        ) {
+            let mut record = CallRecord::new(call.id.clone(), call.name.clone(), call.input.clone());
+            record.reply_id = Some(ctx.reply_id.clone());
+            record.status = CallStatus::Running;
+            record.started_at = Some(Utc::now());
+            if let Err(e) = store.call_started(lease, &record).await {
+                tracing::warn!(call = %call.id, error = %e, "the session store did not record the call's start");
+            }
         }
     }
 }

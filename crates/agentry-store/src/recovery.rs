@@ -16,7 +16,7 @@ use agentry::tool::{CancelPhase, CancelReason, ToolCallState};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::{CallRecord, CallStatus, Recovery};
+use crate::{CallRecord, CallStatus, PendingApprovals, Recovery};
 
 /// What recovery writes.
 #[derive(Debug, Default)]
@@ -90,8 +90,51 @@ fn restart_note(now: DateTime<Utc>) -> Msg {
     note
 }
 
+/// The calls to keep waiting for approval: every unfinished call is waiting for approval, and
+/// they are the last model message's calls without a result, after which only results follow.
+fn waiting_for_approval(msgs: &[Msg], calls: &[CallRecord]) -> Option<Vec<CallId>> {
+    let live: Vec<&CallRecord> = calls.iter().filter(|c| !c.status.is_terminal()).collect();
+    if live.is_empty() || live.iter().any(|c| c.status != CallStatus::PendingApproval) {
+        return None;
+    }
+    let at = msgs
+        .iter()
+        .rposition(|m| m.role == agentry::message::Role::Assistant)?;
+    if msgs[at + 1..].iter().any(|m| m.tool_results().next().is_none()) {
+        return None;
+    }
+    let answered: HashSet<&str> = msgs[at + 1..]
+        .iter()
+        .flat_map(Msg::tool_results)
+        .map(|r| r.id.as_str())
+        .collect();
+    let unanswered: Vec<CallId> = msgs[at]
+        .tool_uses()
+        .filter(|c| !answered.contains(c.id.as_str()))
+        .map(|c| c.id.clone())
+        .collect();
+    let mut live_ids: Vec<&str> = live.iter().map(|c| c.call_id.as_str()).collect();
+    let mut waiting: Vec<&str> = unanswered.iter().map(CallId::as_str).collect();
+    live_ids.sort_unstable();
+    waiting.sort_unstable();
+    // Nothing else may be unanswered, anywhere before.
+    (live_ids == waiting && check_tool_pairs(&msgs[..at]).is_ok()).then_some(unanswered)
+}
+
 /// Plans the recovery of a session holding `msgs` (in order) and `calls`.
-pub(crate) fn plan(msgs: &[Msg], calls: &[CallRecord], now: DateTime<Utc>) -> Plan {
+pub(crate) fn plan(
+    msgs: &[Msg],
+    calls: &[CallRecord],
+    now: DateTime<Utc>,
+    pending: PendingApprovals,
+) -> Plan {
+    if pending == PendingApprovals::Keep
+        && let Some(kept) = waiting_for_approval(msgs, calls)
+    {
+        let mut plan = Plan::default();
+        plan.report.pending_kept = kept;
+        return plan;
+    }
     let mut plan = plan_calls(msgs, calls, now);
     let after = match &plan.tail {
         Some((at, tail)) => msgs[..*at].iter().chain(tail).cloned().collect::<Vec<_>>(),
@@ -292,7 +335,7 @@ mod tests {
             Msg::new("bot", Role::Assistant, vec![ContentBlock::text("done")]),
         ];
         let calls = [record("a", CallStatus::Finished(ToolCallState::Completed))];
-        let plan = plan(&msgs, &calls, Utc::now());
+        let plan = plan(&msgs, &calls, Utc::now(), PendingApprovals::Close);
         assert!(plan.tail.is_none() && plan.calls.is_empty() && plan.report.is_empty());
     }
 
@@ -304,7 +347,7 @@ mod tests {
             result("a", None),
         ];
         let calls = [record("a", CallStatus::Finished(ToolCallState::Completed))];
-        let first = plan(&msgs, &calls, Utc::now());
+        let first = plan(&msgs, &calls, Utc::now(), PendingApprovals::Close);
         assert!(first.report.reply_noted && first.calls.is_empty());
         let (at, tail) = first.tail.unwrap();
         assert_eq!(at, 3, "appended; nothing before it changes");
@@ -312,7 +355,7 @@ mod tests {
         assert_eq!(tail[0].role, Role::User);
         assert_eq!(tail[0].text().as_deref(), Some(REPLY_INTERRUPTED_BY_RESTART));
         msgs.extend(tail);
-        let again = plan(&msgs, &calls, Utc::now());
+        let again = plan(&msgs, &calls, Utc::now(), PendingApprovals::Close);
         assert!(again.tail.is_none() && again.report.is_empty(), "noted once");
     }
 
@@ -335,7 +378,7 @@ mod tests {
             record("c", CallStatus::PendingApproval),
             record("e", CallStatus::Queued),
         ];
-        let plan = plan(&msgs, &calls, Utc::now());
+        let plan = plan(&msgs, &calls, Utc::now(), PendingApprovals::Close);
         let ids = |v: &[CallId]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(ids(&plan.report.interrupted), ["b", "c", "d", "e"]);
         assert_eq!(ids(&plan.report.settled), ["a"]);
@@ -376,5 +419,32 @@ mod tests {
             "an unrecorded call gets a record"
         );
         assert_eq!(status("e").phase(), Some(CancelPhase::BeforeStart));
+    }
+
+    #[test]
+    fn calls_waiting_for_approval_are_kept_only_when_they_are_all_that_is_unfinished() {
+        let msgs = vec![
+            Msg::user("q"),
+            Msg::new("bot", Role::Assistant, vec![call("a"), call("b")]),
+        ];
+        let waiting = [
+            record("a", CallStatus::PendingApproval),
+            record("b", CallStatus::PendingApproval),
+        ];
+        let kept = plan(&msgs, &waiting, Utc::now(), PendingApprovals::Keep);
+        let ids: Vec<&str> = kept.report.pending_kept.iter().map(CallId::as_str).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert!(kept.tail.is_none() && kept.calls.is_empty() && !kept.report.reply_noted);
+
+        // Asked to close them, or with a sibling that was running: everything is closed.
+        let closed = plan(&msgs, &waiting, Utc::now(), PendingApprovals::Close);
+        assert_eq!(closed.report.interrupted.len(), 2);
+        let mixed = [
+            record("a", CallStatus::PendingApproval),
+            record("b", CallStatus::Running),
+        ];
+        let closed = plan(&msgs, &mixed, Utc::now(), PendingApprovals::Keep);
+        assert!(closed.report.pending_kept.is_empty());
+        assert_eq!(closed.report.interrupted.len(), 2);
     }
 }

@@ -10,7 +10,10 @@ use agentry::{CallId, ReplyId};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::{CallRecord, Grant, PendingApproval, Recovered, SessionId, SessionInfo, StoreError, UsageTotals};
+use crate::{
+    CallRecord, Grant, PendingApproval, PendingApprovals, Recovered, SessionId, SessionInfo, StoreError,
+    UsageTotals,
+};
 
 /// The right to write one session: one writer per session at a time, across processes.
 ///
@@ -91,7 +94,7 @@ pub trait SessionStore: Send + Sync {
     /// (or, when its result was stored already, marked as that result says); a call without a
     /// result gets one, right after its message; orphan results are removed. Nothing is re-run.
     /// Returns what it did and the messages as they now are (so a loader reads them once).
-    async fn recover(&self, lease: &Lease) -> Result<Recovered, StoreError>;
+    async fn recover(&self, lease: &Lease, pending: PendingApprovals) -> Result<Recovered, StoreError>;
 
     // ---- messages ----
 

@@ -265,6 +265,25 @@ pub struct Recovery {
     /// added for the model.
     #[serde(default)]
     pub reply_noted: bool,
+    /// Calls left waiting for approval that are still waiting (opened with
+    /// [`PendingApprovals::Keep`]): the next `start_resumed_reply` asks about them again.
+    #[serde(default)]
+    pub pending_kept: Vec<CallId>,
+}
+
+/// What opening a session does with calls that were waiting for approval when the process
+/// that ran them stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PendingApprovals {
+    /// Closed as interrupted by the restart, like every unfinished call (spec Y4).
+    #[default]
+    Close,
+    /// Still waiting, when they are the whole unfinished part of the conversation (the last
+    /// model message's calls that have no result, all waiting for approval): the agent asks
+    /// about them again with `ReActAgent::start_resumed_reply` and runs the approved ones, once.
+    /// Otherwise they are closed as with `Close`.
+    Keep,
 }
 
 /// A session as recovery left it: what recovery did, and the messages now stored.
@@ -284,5 +303,6 @@ impl Recovery {
             && self.approvals_closed.is_empty()
             && self.orphan_results_removed == 0
             && !self.reply_noted
+            && self.pending_kept.is_empty()
     }
 }

@@ -35,8 +35,8 @@ use rusqlite::ffi::ErrorCode;
 use serde_json::Value;
 
 use crate::{
-    CallRecord, Grant, Lease, PendingApproval, Recovered, SessionId, SessionInfo, SessionStore, StoreError,
-    UsageTotals,
+    CallRecord, Grant, Lease, PendingApproval, PendingApprovals, Recovered, SessionId, SessionInfo,
+    SessionStore, StoreError, UsageTotals,
 };
 use lease::Leases;
 pub use schema::SCHEMA_VERSION;
@@ -337,9 +337,10 @@ impl SessionStore for SqliteStore {
         .await
     }
 
-    async fn recover(&self, lease: &Lease) -> Result<Recovered, StoreError> {
+    async fn recover(&self, lease: &Lease, pending: PendingApprovals) -> Result<Recovered, StoreError> {
         let id = self.leased(lease)?;
-        self.run(move |conn, ctx| ops::recover(conn, ctx, &id)).await
+        self.run(move |conn, ctx| ops::recover(conn, ctx, &id, pending))
+            .await
     }
 
     async fn messages(&self, id: &SessionId) -> Result<Vec<Msg>, StoreError> {

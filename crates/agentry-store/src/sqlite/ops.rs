@@ -20,8 +20,8 @@ use super::rows::{
 };
 use crate::recovery;
 use crate::{
-    CallRecord, CallStatus, Grant, GrantKind, PendingApproval, Recovered, SessionId, SessionInfo, StoreError,
-    UsageTotals,
+    CallRecord, CallStatus, Grant, GrantKind, PendingApproval, PendingApprovals, Recovered, SessionId,
+    SessionInfo, StoreError, UsageTotals,
 };
 
 /// A message ready to store.
@@ -711,14 +711,19 @@ pub(super) fn usage(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<
 
 /// Recovery on load (Y4). The caller holds the lease, so nobody else writes this session: the
 /// plan is made from a read, and only a session that needs repair takes the write lock.
-pub(super) fn recover(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Recovered, StoreError> {
+pub(super) fn recover(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    pending: PendingApprovals,
+) -> Result<Recovered, StoreError> {
     let (stored, calls) = {
         let tx = conn.transaction().map_err(|e| ctx.err(e))?;
         exists(&tx, ctx, id)?;
         (stored_messages(&tx, ctx, id)?, stored_calls(&tx, ctx, id)?)
     };
     let (seqs, mut msgs): (Vec<i64>, Vec<Msg>) = stored.into_iter().unzip();
-    let plan = recovery::plan(&msgs, &calls, Utc::now());
+    let plan = recovery::plan(&msgs, &calls, Utc::now(), pending);
     if plan.tail.is_none() && plan.calls.is_empty() {
         return Ok(Recovered {
             report: plan.report,

@@ -82,6 +82,10 @@ impl ReplyCx<'_> {
         let Some(answer) = self.active.expect_decision(record) else {
             return Approval::Closed(None);
         };
+        // Before anyone is asked, so that a store keeps the question (write-ahead).
+        for (_, hook) in self.hooks.iter() {
+            hook.approval_requested(&self.hook_cx, call, &request).await;
+        }
         self.requested(call, request, false);
         let deadline = self
             .inner
@@ -108,6 +112,12 @@ impl ReplyCx<'_> {
             () = sink_closed(self.active.sink.as_ref()) => no_decision(),
         };
         self.active.forget_decision(&record.call_id);
+        if let Some((decision, source)) = &decided {
+            for (_, hook) in self.hooks.iter() {
+                hook.approval_decided(&self.hook_cx, call, decision, *source)
+                    .await;
+            }
+        }
         let Some((decision, source)) = decided else {
             if let Some(ToolCallState::Declined { .. }) = record.terminal() {
                 // Declined for want of a decider (A15); already announced.

@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use crate::ReplyId;
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ToolChoice;
-use crate::tool::ToolCallState;
+use crate::tool::{ApprovalDecision, ApprovalRequest, DecisionSource, ToolCallState};
 
 /// Where a hook is running.
 #[derive(Debug, Clone)]
@@ -68,6 +68,21 @@ pub trait AgentHook: Send + Sync + 'static {
         _call: &ToolUseBlock,
         _state: &ToolCallState,
         _result: &mut ToolResultBlock,
+    ) {
+    }
+    /// A call waits for the user's decision: called before the question is shown (before
+    /// `ApprovalRequested`), for a store that keeps pending approvals across a restart.
+    /// Automatic decisions (grants, auto-approval) do not come here.
+    async fn approval_requested(&self, _ctx: &HookContext, _call: &ToolUseBlock, _request: &ApprovalRequest) {
+    }
+    /// The user (or the lack of one, A15) decided about a call that waited: called before the
+    /// decision takes effect (before the body runs or the decline is stored).
+    async fn approval_decided(
+        &self,
+        _ctx: &HookContext,
+        _call: &ToolUseBlock,
+        _decision: &ApprovalDecision,
+        _source: DecisionSource,
     ) {
     }
     /// Before a message event is emitted; may change what is shown.
