@@ -5,23 +5,99 @@ use std::process::ExitCode;
 
 use agentry::agent::ReActAgent;
 use agentry::message::Msg;
+use agentry::model::ChatUsage;
 use clap::Args;
 
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
+use crate::sanitize;
 use crate::session::{Outcome, Terminal, received};
 use crate::sessions::{after_reply, resume_waiting_calls};
 use agentry_store::SessionMemory;
 
-/// One reply, its token use added to the session's ledger.
+/// One reply, its token use added to this chat's and to the session's ledger.
 async fn drive_recorded(
     agent: &ReActAgent,
     session: Option<&SessionMemory>,
     terminal: &mut Terminal,
     prompt: &str,
+    used: &mut ChatUsage,
 ) -> Outcome {
     let outcome = terminal.drive(agent.start_reply(Msg::user(prompt))).await;
+    if let Some((_, usage)) = &terminal.last_usage {
+        used.input_tokens += usage.input_tokens;
+        used.output_tokens += usage.output_tokens;
+        used.time += usage.time;
+    }
     after_reply(session, agent, terminal).await;
     outcome
+}
+
+const COMMANDS: &str = "/tools     the tools the agent can use ([asks]: needs your approval)
+/usage     tokens used in this chat (and in the whole session with --session)
+/sessions  the stored sessions (with --session)
+/help      this list
+/quit      leave (also /exit, Ctrl-D, Ctrl-C twice)
+During a reply, Ctrl-C or /cancel cancels it.";
+
+/// A chat command: answered here, never sent to the model.
+async fn run_command(command: &str, agent: &ReActAgent, session: Option<&SessionMemory>, used: &ChatUsage) {
+    match command {
+        "/help" => eprintln!("{COMMANDS}"),
+        "/tools" => {
+            let toolkit = agent.toolkit();
+            for name in toolkit.tool_names() {
+                let asks = if toolkit.policy(&name).require_approval {
+                    "  [asks]"
+                } else {
+                    ""
+                };
+                eprintln!("  {}{asks}", sanitize::line(&name));
+            }
+        }
+        "/usage" => {
+            eprintln!(
+                "this chat: {} tokens in, {} out, {:.1} s with the model",
+                used.input_tokens,
+                used.output_tokens,
+                used.time.as_secs_f64()
+            );
+            if let Some(memory) = session {
+                match memory.store().usage(&memory.session().id).await {
+                    Ok(total) => eprintln!(
+                        "session {}: {} replies, {} tokens in, {} out",
+                        sanitize::line(&memory.session().name),
+                        total.calls,
+                        total.input_tokens,
+                        total.output_tokens
+                    ),
+                    Err(e) => eprintln!("error: {}", sanitize::line(&e.to_string())),
+                }
+            }
+        }
+        "/sessions" => match session {
+            None => eprintln!("no session: start the chat with --session NAME to keep it"),
+            Some(memory) => match memory.store().sessions().await {
+                Ok(mut sessions) => {
+                    sessions.sort_by_key(|s| std::cmp::Reverse(s.updated_at));
+                    for s in sessions {
+                        let this = if s.id == memory.session().id {
+                            "  (this one)"
+                        } else {
+                            ""
+                        };
+                        eprintln!(
+                            "  {}  {} messages{this}",
+                            sanitize::line(&s.name),
+                            s.message_count
+                        );
+                    }
+                }
+                Err(e) => eprintln!("error: {}", sanitize::line(&e.to_string())),
+            },
+        },
+        "/cancel" => eprintln!("nothing runs now: Ctrl-C cancels a reply while it runs"),
+        other => eprintln!("unknown command {}: /help lists them", sanitize::line(other)),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -62,7 +138,10 @@ pub async fn chat(args: ChatArgs) -> ExitCode {
 /// Prompts and replies until the user leaves.
 async fn converse(agent: &ReActAgent, session: Option<&SessionMemory>, terminal: &mut Terminal) -> ExitCode {
     terminal.take_interrupts();
-    eprintln!("agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /exit quits.");
+    eprintln!(
+        "agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /quit quits; /help lists the commands."
+    );
+    let mut used = ChatUsage::default();
     loop {
         eprint!("{}", terminal.style.cyan("you> "));
         let _ = std::io::stderr().flush();
@@ -88,7 +167,8 @@ async fn converse(agent: &ReActAgent, session: Option<&SessionMemory>, terminal:
         match line.trim() {
             "" => continue,
             "/exit" | "/quit" => return ExitCode::SUCCESS,
-            prompt => match drive_recorded(agent, session, terminal, prompt).await {
+            command if command.starts_with('/') => run_command(command, agent, session, &used).await,
+            prompt => match drive_recorded(agent, session, terminal, prompt, &mut used).await {
                 Outcome::Quit => return ExitCode::from(EXIT_INTERRUPTED),
                 Outcome::Terminated => return ExitCode::from(EXIT_TERMINATED),
                 Outcome::Finished { result: Err(e), .. } => report_error(&e),

@@ -448,6 +448,12 @@ impl Terminal {
                 line = self.input.typed(), if self.input.is_reading() => {
                     match (question.take(), line) {
                         (Some(asked), line) => question = self.answer(&run, asked, line),
+                        // `/cancel` typed during a reply does what Ctrl-C does.
+                        (None, Some(line)) if line.trim() == "/cancel" && !cancelled => {
+                            cancelled = true;
+                            self.say(&self.style.red("⏹ Cancelling the reply…"));
+                            run.cancel();
+                        }
                         (None, Some(line)) => self.typed_during_reply(line),
                         (None, None) => {}
                     }

@@ -407,3 +407,51 @@ async fn a_call_waiting_for_approval_when_the_process_died_is_asked_again_and_ru
     assert_eq!(call["status"]["outcome"]["state"], "completed", "{call}");
     assert_eq!(call["decision_source"], "user", "{call}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_commands_answer_without_the_model_and_cancel_cancels_the_reply() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Four.").usage(10, 2));
+    let gate = agentry_testkit::Gate::new();
+    fake.push(
+        Reply::text("A long answer that never ends")
+            .chunks(4)
+            .pause_after(2, gate.clone()),
+    );
+    let db = home.join("s.db").display().to_string();
+    let mut args = run_args(
+        &fake.base_url(),
+        home,
+        &["--no-mcp", "--session", "talk", "--db", &db],
+        "",
+    );
+    args[0] = "chat".into();
+    args.pop();
+    let mut chat = Program::start(&args, home);
+    chat.stderr_has("you> ").await;
+    chat.type_line("2+2?");
+    chat.stdout_has("Four.").await;
+    chat.type_line("/tools");
+    chat.stderr_has("  write_file  [asks]").await;
+    chat.type_line("/usage");
+    chat.stderr_has("this chat: 10 tokens in, 2 out").await;
+    chat.stderr_has("session talk: 1 replies, 10 tokens in, 2 out")
+        .await;
+    chat.type_line("/sessions");
+    chat.stderr_has("talk  2 messages  (this one)").await;
+    chat.type_line("/nonsense");
+    chat.stderr_has("unknown command /nonsense").await;
+    chat.type_line("tell me more");
+    gate.reached().await;
+    chat.stdout_has("A long").await;
+    chat.type_line("/cancel");
+    chat.stderr_has("reply cancelled").await;
+    chat.stderr_has_n("you> ", 7).await;
+    chat.type_line("/quit");
+    let (status, _, err) = chat.finish().await;
+    assert!(status.success(), "{err}");
+    assert_eq!(fake.requests().len(), 2, "commands never reach the model");
+    fake.assert_no_violations();
+}
