@@ -1,7 +1,7 @@
 //! How long a long session takes to open for writing (lease, recovery check, all messages
 //! loaded): `cargo run --release -p agentry-store --example open_session [MESSAGES]`.
 //! Writes a session of MESSAGES messages (default 10 000; a tool call and its result every
-//! fourth pair) to a fresh database in a temporary directory, then opens it five times.
+//! fourth pair, the last one a plain answer) to a fresh database in a temporary directory, then opens it five times.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,7 +24,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lease = store.acquire(&session.id).await?;
     let mut batch = Vec::new();
     for i in 0..count / 2 {
-        if i % 4 == 3 {
+        if i % 4 == 1 {
             let id = format!("call_{i}");
             batch.push(Msg::new(
                 "bot",
