@@ -254,12 +254,7 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         }
         SessionsCommand::Revoke { name, tool, all } => {
             let info = find(store.as_ref(), &name).await?;
-            let lease = store.acquire(&info.id).await.map_err(|e| match e {
-                StoreError::SessionBusy { .. } => {
-                    anyhow::anyhow!("{e}: another agentry is using the session; nothing was revoked")
-                }
-                e => e.into(),
-            })?;
+            let lease = writable(store.as_ref(), &info, "nothing was revoked").await?;
             let mut revoked = 0;
             for grant in store.grants(&info.id).await? {
                 if (all || tool.as_deref() == Some(grant.tool_name.as_str()))
@@ -273,12 +268,7 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         SessionsCommand::Delete { name, json } => {
             let info = find(store.as_ref(), &name).await?;
             // Refused while another agentry uses the session, rather than pulling it away.
-            let lease = store.acquire(&info.id).await.map_err(|e| match e {
-                StoreError::SessionBusy { .. } => {
-                    anyhow::anyhow!("{e}: another agentry is using the session; it was not deleted")
-                }
-                e => e.into(),
-            })?;
+            let lease = writable(store.as_ref(), &info, "it was not deleted").await?;
             drop(lease);
             let deleted = store.delete_session(&info.id).await?;
             if json {
@@ -292,6 +282,21 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The session's lease, or, while another agentry uses it, an error saying so and that
+/// `not_done`.
+async fn writable(
+    store: &dyn SessionStore,
+    info: &SessionInfo,
+    not_done: &str,
+) -> anyhow::Result<agentry_store::Lease> {
+    store.acquire(&info.id).await.map_err(|e| match e {
+        StoreError::SessionBusy { .. } => {
+            anyhow::anyhow!("{e}: another agentry is using the session; {not_done}")
+        }
+        e => e.into(),
+    })
 }
 
 /// The session named `name`, or with that id.
