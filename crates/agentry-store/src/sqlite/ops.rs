@@ -86,6 +86,31 @@ fn exists(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError
     }
 }
 
+/// A read transaction on session `id`, which must exist: the check and the reads that follow
+/// see the same snapshot.
+fn snapshot<'c>(conn: &'c mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Transaction<'c>, StoreError> {
+    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+    exists(&tx, ctx, id)?;
+    Ok(tx)
+}
+
+/// The rows `sql` selects for session `id` (its one parameter, `?1`): each read by `read`, then
+/// decoded by `decode` once the statement is done.
+fn session_rows<R, T>(
+    conn: &Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    sql: &str,
+    read: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<R>,
+    decode: impl FnMut(R) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let rows = conn
+        .prepare_cached(sql)
+        .and_then(|mut s| s.query_map([id.as_str()], read)?.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| ctx.err(e))?;
+    rows.into_iter().map(decode).collect()
+}
+
 // ---- sessions ----
 
 pub(super) fn create_session(
@@ -173,24 +198,18 @@ pub(super) fn set_config(
 
 /// The messages with their positions.
 fn stored_messages(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<(i64, Msg)>, StoreError> {
-    let rows = conn
-        .prepare_cached("SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq")
-        .and_then(|mut s| {
-            s.query_map([id.as_str()], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-            })?
-            .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(|e| ctx.err(e))?;
-    rows.into_iter()
-        .map(|(seq, body)| Ok((seq, from_json::<Msg>("message", &body)?)))
-        .collect()
+    session_rows(
+        conn,
+        ctx,
+        id,
+        "SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq",
+        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+        |(seq, body)| Ok((seq, from_json::<Msg>("message", &body)?)),
+    )
 }
 
 pub(super) fn messages(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<Msg>, StoreError> {
-    // One read transaction: the existence check and the rows see the same snapshot.
-    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
-    exists(&tx, ctx, id)?;
+    let tx = snapshot(conn, ctx, id)?;
     let msgs = stored_messages(&tx, ctx, id)?
         .into_iter()
         .map(|(_, m)| m)
@@ -455,21 +474,18 @@ fn call_where(
 }
 
 fn stored_calls(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<CallRecord>, StoreError> {
-    let rows = conn
-        .prepare_cached(&format!(
-            "SELECT {CALL_COLUMNS} FROM tool_calls WHERE session_id = ?1 ORDER BY rowid"
-        ))
-        .and_then(|mut s| {
-            s.query_map([id.as_str()], call_row)?
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(|e| ctx.err(e))?;
-    rows.into_iter().map(call_record).collect()
+    session_rows(
+        conn,
+        ctx,
+        id,
+        &format!("SELECT {CALL_COLUMNS} FROM tool_calls WHERE session_id = ?1 ORDER BY rowid"),
+        call_row,
+        call_record,
+    )
 }
 
 pub(super) fn calls(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<CallRecord>, StoreError> {
-    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
-    exists(&tx, ctx, id)?;
+    let tx = snapshot(conn, ctx, id)?;
     stored_calls(&tx, ctx, id)
 }
 
@@ -551,29 +567,24 @@ pub(super) fn pending_approvals(
     ctx: &Ctx,
     id: &SessionId,
 ) -> Result<Vec<PendingApproval>, StoreError> {
-    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
-    exists(&tx, ctx, id)?;
-    let rows = tx
-        .prepare_cached(
-            "SELECT p.call_id, c.tool_name, c.arguments, p.request, p.requested_at
-             FROM pending_approvals p JOIN tool_calls c USING (session_id, call_id)
-             WHERE p.session_id = ?1 ORDER BY c.rowid",
-        )
-        .and_then(|mut s| {
-            s.query_map([id.as_str()], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, String>(4)?,
-                ))
-            })?
-            .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(|e| ctx.err(e))?;
-    rows.into_iter()
-        .map(|(call_id, tool_name, arguments, request, at)| {
+    let tx = snapshot(conn, ctx, id)?;
+    session_rows(
+        &tx,
+        ctx,
+        id,
+        "SELECT p.call_id, c.tool_name, c.arguments, p.request, p.requested_at
+         FROM pending_approvals p JOIN tool_calls c USING (session_id, call_id)
+         WHERE p.session_id = ?1 ORDER BY c.rowid",
+        |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+            ))
+        },
+        |(call_id, tool_name, arguments, request, at)| {
             Ok(PendingApproval {
                 call_id: call_id.into(),
                 tool_name,
@@ -581,8 +592,8 @@ pub(super) fn pending_approvals(
                 request: from_json("approval request", &request)?,
                 requested_at: parse_ts("approval time", &at)?,
             })
-        })
-        .collect()
+        },
+    )
 }
 
 // ---- grants ----
@@ -625,35 +636,30 @@ pub(super) fn revoke_grant(
 }
 
 pub(super) fn grants(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<Vec<Grant>, StoreError> {
-    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
-    exists(&tx, ctx, id)?;
-    let rows = tx
-        .prepare_cached(
-            "SELECT key, tool_name, kind, created_at FROM session_grants WHERE session_id = ?1
-             ORDER BY created_at, rowid",
-        )
-        .and_then(|mut s| {
-            s.query_map([id.as_str()], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ))
-            })?
-            .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(|e| ctx.err(e))?;
-    rows.into_iter()
-        .map(|(key, tool_name, kind, at)| {
+    let tx = snapshot(conn, ctx, id)?;
+    session_rows(
+        &tx,
+        ctx,
+        id,
+        "SELECT key, tool_name, kind, created_at FROM session_grants WHERE session_id = ?1
+         ORDER BY created_at, rowid",
+        |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+            ))
+        },
+        |(key, tool_name, kind, at)| {
             Ok(Grant {
                 key,
                 tool_name,
                 kind: from_json::<GrantKind>("grant", &kind)?,
                 created_at: parse_ts("grant time", &at)?,
             })
-        })
-        .collect()
+        },
+    )
 }
 
 // ---- usage ----
@@ -687,8 +693,7 @@ pub(super) fn record_usage(
 }
 
 pub(super) fn usage(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<UsageTotals, StoreError> {
-    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
-    exists(&tx, ctx, id)?;
+    let tx = snapshot(conn, ctx, id)?;
     let (calls, input, output, time_ms): (i64, i64, i64, f64) = tx
         .query_row(
             "SELECT count(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
@@ -718,8 +723,7 @@ pub(super) fn recover(
     pending: PendingApprovals,
 ) -> Result<Recovered, StoreError> {
     let (stored, calls) = {
-        let tx = conn.transaction().map_err(|e| ctx.err(e))?;
-        exists(&tx, ctx, id)?;
+        let tx = snapshot(conn, ctx, id)?;
         (stored_messages(&tx, ctx, id)?, stored_calls(&tx, ctx, id)?)
     };
     let (seqs, mut msgs): (Vec<i64>, Vec<Msg>) = stored.into_iter().unzip();
