@@ -72,11 +72,11 @@ pub const REPLY_INTERRUPTED_BY_RESTART: &str = "<interrupted>The previous reply 
      (a crash, a kill or a restart) before it ended. Tool calls that were running were stopped and may have \
      partly run.</interrupted>";
 
-/// Whether the session's last reply stopped mid-way: a tool result is the last message (the
+/// Whether a session whose last message is `last` stopped mid-reply: it is a tool result (the
 /// model never took its next step). A reply that stopped while calls ran shows it by the calls
 /// recovery closes.
-fn ends_mid_reply(msgs: &[Msg]) -> bool {
-    msgs.last().is_some_and(|m| m.tool_results().next().is_some())
+fn ends_mid_reply(last: Option<&Msg>) -> bool {
+    last.is_some_and(|m| m.tool_results().next().is_some())
 }
 
 /// The note for a reply that stopped mid-way.
@@ -136,11 +136,12 @@ pub(crate) fn plan(
         return plan;
     }
     let mut plan = plan_calls(msgs, calls, now);
-    let after = match &plan.tail {
-        Some((at, tail)) => msgs[..*at].iter().chain(tail).cloned().collect::<Vec<_>>(),
-        None => msgs.to_vec(),
+    // The last message once the plan is applied.
+    let last = match &plan.tail {
+        Some((at, tail)) => tail.last().or_else(|| msgs[..*at].last()),
+        None => msgs.last(),
     };
-    if !plan.report.interrupted.is_empty() || ends_mid_reply(&after) {
+    if !plan.report.interrupted.is_empty() || ends_mid_reply(last) {
         let note = restart_note(now);
         match &mut plan.tail {
             Some((_, tail)) => tail.push(note),
