@@ -77,8 +77,7 @@ async fn run_command(command: &str, agent: &ReActAgent, session: Option<&Session
         "/sessions" => match session {
             None => eprintln!("no session: start the chat with --session NAME to keep it"),
             Some(memory) => match memory.store().sessions().await {
-                Ok(mut sessions) => {
-                    sessions.sort_by_key(|s| std::cmp::Reverse(s.updated_at));
+                Ok(sessions) => {
                     for s in sessions {
                         let this = if s.id == memory.session().id {
                             "  (this one)"

@@ -199,8 +199,8 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
     let store = args.store.open()?;
     match args.command {
         SessionsCommand::List { json } => {
-            let mut sessions = store.sessions().await?;
-            sessions.sort_by_key(|s| std::cmp::Reverse(s.updated_at));
+            // The store lists the most recently used first.
+            let sessions = store.sessions().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&sessions)?);
             } else if sessions.is_empty() {
