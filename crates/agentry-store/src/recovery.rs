@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use agentry::CallId;
-use agentry::memory::{check_tool_pairs, interrupted_by_restart, repair_tool_pairs};
+use agentry::memory::{check_tool_pairs, interrupted_by_restart, repair_tool_pairs, unanswered_last_calls};
 use agentry::message::{ContentBlock, Msg, ToolResultBlock};
 use agentry::tool::{CancelPhase, CancelReason, ToolCallState};
 use chrono::{DateTime, Utc};
@@ -97,22 +97,11 @@ fn waiting_for_approval(msgs: &[Msg], calls: &[CallRecord]) -> Option<Vec<CallId
     if live.is_empty() || live.iter().any(|c| c.status != CallStatus::PendingApproval) {
         return None;
     }
-    let at = msgs
-        .iter()
-        .rposition(|m| m.role == agentry::message::Role::Assistant)?;
+    let (at, calls) = unanswered_last_calls(msgs)?;
     if msgs[at + 1..].iter().any(|m| m.tool_results().next().is_none()) {
         return None;
     }
-    let answered: HashSet<&str> = msgs[at + 1..]
-        .iter()
-        .flat_map(Msg::tool_results)
-        .map(|r| r.id.as_str())
-        .collect();
-    let unanswered: Vec<CallId> = msgs[at]
-        .tool_uses()
-        .filter(|c| !answered.contains(c.id.as_str()))
-        .map(|c| c.id.clone())
-        .collect();
+    let unanswered: Vec<CallId> = calls.into_iter().map(|c| c.id.clone()).collect();
     let mut live_ids: Vec<&str> = live.iter().map(|c| c.call_id.as_str()).collect();
     let mut waiting: Vec<&str> = unanswered.iter().map(CallId::as_str).collect();
     live_ids.sort_unstable();

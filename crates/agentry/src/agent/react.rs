@@ -1,6 +1,5 @@
 //! The reasoning/acting loop of one reply.
 
-use crate::message::ToolUseBlock;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -15,8 +14,8 @@ use super::repeats::RepeatedCalls;
 use super::shim::TextCallShim;
 use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STRUCTURED_HINT};
 use super::{AgentError, AgentInner, HookList, REPLY_INTERRUPTED_NOTE};
-use crate::memory::{check_tool_pairs, repair_tool_pairs};
-use crate::message::{BlockKind, ContentBlock, Msg, Role, new_id};
+use crate::memory::{check_tool_pairs, repair_tool_pairs, unanswered_last_calls};
+use crate::message::{BlockKind, ContentBlock, Msg, Role, ToolUseBlock, new_id};
 use crate::{CallId, ReplyId};
 
 pub(crate) fn new_reply(sink: Option<tokio::sync::mpsc::UnboundedSender<AgentEvent>>) -> Arc<ActiveReply> {
@@ -238,19 +237,9 @@ impl<'a> ReplyCx<'a> {
     /// The calls of the last model message that have no result yet.
     async fn unanswered_calls(&self) -> Result<Vec<ToolUseBlock>, AgentError> {
         let msgs = self.inner.config.memory.messages().await?;
-        let Some(at) = msgs.iter().rposition(|m| m.role == Role::Assistant) else {
-            return Ok(Vec::new());
-        };
-        let answered: HashSet<&str> = msgs[at + 1..]
-            .iter()
-            .flat_map(Msg::tool_results)
-            .map(|r| r.id.as_str())
-            .collect();
-        Ok(msgs[at]
-            .tool_uses()
-            .filter(|call| !answered.contains(call.id.as_str()))
-            .cloned()
-            .collect())
+        Ok(unanswered_last_calls(&msgs)
+            .map(|(_, calls)| calls.into_iter().cloned().collect())
+            .unwrap_or_default())
     }
 
     /// Repairs memory before the first model request if an earlier reply (or whoever filled the

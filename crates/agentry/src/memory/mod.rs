@@ -167,6 +167,24 @@ pub fn check_tool_pairs(msgs: &[Msg]) -> Result<(), String> {
     Ok(())
 }
 
+/// The last model message's position and its calls that no later message answers: what a
+/// resumed reply acts on (`ReActAgent::start_resumed_reply`). `None` without a model message.
+pub fn unanswered_last_calls(msgs: &[Msg]) -> Option<(usize, Vec<&crate::message::ToolUseBlock>)> {
+    let at = msgs
+        .iter()
+        .rposition(|m| m.role == crate::message::Role::Assistant)?;
+    let answered: std::collections::HashSet<&str> = msgs[at + 1..]
+        .iter()
+        .flat_map(Msg::tool_results)
+        .map(|r| r.id.as_str())
+        .collect();
+    let calls = msgs[at]
+        .tool_uses()
+        .filter(|call| !answered.contains(call.id.as_str()))
+        .collect();
+    Some((at, calls))
+}
+
 /// The result that closes call `id` of tool `name` when the agent stopped before it finished
 /// (spec Y4): `INTERRUPTED_RESTART` as an error, with `state` in the message's `tool_call`
 /// metadata.
