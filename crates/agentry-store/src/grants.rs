@@ -10,10 +10,12 @@ use crate::{Grant, GrantKind, SessionMemory, StoreError};
 
 fn kind(grant: &SessionGrant) -> GrantKind {
     match grant {
+        SessionGrant::Allow => GrantKind::Allow,
         SessionGrant::Deny { reason } => GrantKind::Deny {
             reason: reason.clone(),
         },
-        _ => GrantKind::Allow,
+        // A kind this store does not know is kept as a deny: never an approval by accident.
+        _ => GrantKind::Deny { reason: None },
     }
 }
 
