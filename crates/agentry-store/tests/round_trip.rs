@@ -206,6 +206,33 @@ async fn calls_are_read_off_the_messages_in_the_same_transaction() {
 }
 
 #[tokio::test]
+async fn a_stored_result_ends_its_calls_approval_question() {
+    let (_dir, path) = db();
+    let store = open(&path);
+    let session = store.create_session("s", &json!({})).await.unwrap();
+    let lease = store.acquire(&session.id).await.unwrap();
+    store
+        .append_messages(&lease, &[Msg::user("go"), calls(&["a"])])
+        .await
+        .unwrap();
+    store
+        .request_approval(
+            &lease,
+            &"a".into(),
+            &agentry::tool::ApprovalRequest::new("Run a?"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.pending_approvals(&session.id).await.unwrap().len(), 1);
+    // Cancelled while it waited: the result is all that closes it.
+    store
+        .append_messages(&lease, &[result("a", "cancelled")])
+        .await
+        .unwrap();
+    assert_eq!(store.pending_approvals(&session.id).await.unwrap(), []);
+}
+
+#[tokio::test]
 async fn an_export_imports_as_an_equal_session() {
     use agentry_store::{Grant, GrantKind, SessionExport};
     let (_dir, path) = db();

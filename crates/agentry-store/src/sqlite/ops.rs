@@ -398,12 +398,22 @@ fn write_call(
         })
         .map_err(|e| ctx.err(e))?;
     if call.terminal {
-        // A closed call waits for nobody.
-        tx.prepare_cached("DELETE FROM pending_approvals WHERE session_id = ?1 AND call_id = ?2")
-            .and_then(|mut s| s.execute(params![id.as_str(), call.call_id]))
-            .map_err(|e| ctx.err(e))?;
+        forget_approval(tx, ctx, id, &call.call_id)?;
     }
     Ok(changed > 0)
+}
+
+/// A closed call waits for nobody: its approval question, if any, goes.
+pub(super) fn forget_approval(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    id: &SessionId,
+    call_id: &str,
+) -> Result<(), StoreError> {
+    tx.prepare_cached("DELETE FROM pending_approvals WHERE session_id = ?1 AND call_id = ?2")
+        .and_then(|mut s| s.execute(params![id.as_str(), call_id]))
+        .map_err(|e| ctx.err(e))?;
+    Ok(())
 }
 
 pub(super) fn record_call(
