@@ -1,6 +1,5 @@
 //! `agentry chat`: one prompt after the other, with the same memory.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use agentry::agent::ReActAgent;
@@ -8,6 +7,7 @@ use agentry::message::Msg;
 use agentry::model::ChatUsage;
 use clap::Args;
 
+use crate::input::{History, Prompted};
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal, received};
@@ -37,7 +37,7 @@ const COMMANDS: &str = "/tools     the tools the agent can use ([asks]: needs yo
 /sessions  the stored sessions (with --session)
 /help      this list
 /quit      leave (also /exit, Ctrl-D, Ctrl-C twice)
-During a reply, Ctrl-C or /cancel cancels it.";
+During a reply, Ctrl-C cancels the running tools (pressed again: the reply), /cancel the reply.";
 
 /// A chat command: answered here, never sent to the model.
 async fn run_command(command: &str, agent: &ReActAgent, session: Option<&SessionMemory>, used: &ChatUsage) {
@@ -117,6 +117,9 @@ pub async fn chat(args: ChatArgs) -> ExitCode {
         Ok(setup) => setup,
         Err(code) => return code,
     };
+    terminal
+        .input
+        .use_history(prompt_history(session.as_deref()).await);
     let code = match resume_waiting_calls(session.as_deref(), &agent, &mut terminal).await {
         Some(Outcome::Quit) => ExitCode::from(EXIT_INTERRUPTED),
         Some(Outcome::Terminated) => ExitCode::from(EXIT_TERMINATED),
@@ -134,19 +137,56 @@ pub async fn chat(args: ChatArgs) -> ExitCode {
     code
 }
 
+/// Earlier prompts for the up arrow: the session's own (it keeps them), or a file shared by
+/// the chats without a session.
+async fn prompt_history(session: Option<&SessionMemory>) -> History {
+    use agentry::memory::Memory;
+    use agentry::message::Role;
+    match session {
+        Some(memory) => {
+            let prompts = match memory.messages().await {
+                Ok(messages) => messages
+                    .into_iter()
+                    .filter(|m| m.role == Role::User)
+                    .filter_map(|m| m.text())
+                    .filter(|text| !text.trim().is_empty() && !text.contains('\n'))
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            History::Entries(prompts)
+        }
+        None => match agentry_store::SqliteStore::default_path() {
+            Ok(db) => History::File(db.with_file_name("chat_history.txt")),
+            Err(_) => History::Entries(Vec::new()),
+        },
+    }
+}
+
 /// Prompts and replies until the user leaves.
 async fn converse(agent: &ReActAgent, session: Option<&SessionMemory>, terminal: &mut Terminal) -> ExitCode {
     terminal.take_interrupts();
     eprintln!(
-        "agentry chat: Ctrl-C cancels a reply, Ctrl-C twice, Ctrl-D or /quit quits; /help lists the commands."
+        "agentry chat: Ctrl-C cancels the running tools or reply; Ctrl-C twice, Ctrl-D or /quit quits; /help lists the commands."
     );
     let mut used = ChatUsage::default();
+    let prompt = if terminal.input.edits_prompts() {
+        // The editor measures the prompt's width itself: no colour codes in it.
+        "you> ".to_owned()
+    } else {
+        terminal.style.cyan("you> ")
+    };
     loop {
-        eprint!("{}", terminal.style.cyan("you> "));
-        let _ = std::io::stderr().flush();
         let line = tokio::select! {
-            line = terminal.input.next() => line,
-            () = received(&mut terminal.interrupt) => {
+            line = terminal.input.prompt(&prompt) => line,
+            () = received(&mut terminal.interrupt) => Prompted::Interrupted,
+            () = received(&mut terminal.terminate) => {
+                eprintln!();
+                return ExitCode::from(EXIT_TERMINATED);
+            }
+        };
+        let line = match line {
+            Prompted::Line(line) => line,
+            Prompted::Interrupted => {
                 if terminal.interrupts.press() {
                     eprintln!();
                     return ExitCode::from(EXIT_INTERRUPTED);
@@ -154,14 +194,10 @@ async fn converse(agent: &ReActAgent, session: Option<&SessionMemory>, terminal:
                 eprintln!("\n(Ctrl-C again to quit)");
                 continue;
             }
-            () = received(&mut terminal.terminate) => {
+            Prompted::Closed => {
                 eprintln!();
-                return ExitCode::from(EXIT_TERMINATED);
+                return ExitCode::SUCCESS;
             }
-        };
-        let Some(line) = line else {
-            eprintln!();
-            return ExitCode::SUCCESS;
         };
         match line.trim() {
             "" => continue,

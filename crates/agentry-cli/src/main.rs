@@ -4,6 +4,8 @@ mod builtin;
 mod chat;
 mod config;
 mod eval;
+mod input;
+mod live;
 mod mcp;
 #[cfg(feature = "local")]
 mod models;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use agentry::CallId;
 use agentry::agent::{AgentEvent, StopReason, ToolCallState};
 use agentry::message::{ContentBlock, Msg, Role};
+use agentry::tool::ApprovalDecision;
 
+use crate::live::Live;
 use crate::sanitize;
 
 /// Terminal styling, off when the stream is not a terminal or `NO_COLOR` is set.
@@ -65,6 +67,8 @@ pub struct Renderer<O: Write, E: Write> {
     progress_shown: HashMap<CallId, std::time::Instant>,
     /// Whether the tool-shim note was printed (once: one renderer per process).
     shim_noted: bool,
+    /// The live lines, on a terminal.
+    live: Option<Live>,
 }
 
 /// Said once when the tool shim recovered a call the model wrote as text.
@@ -89,6 +93,60 @@ impl<O: Write, E: Write> Renderer<O, E> {
             results: HashMap::new(),
             progress_shown: HashMap::new(),
             shim_noted: false,
+            live: None,
+        }
+    }
+
+    /// Shows live lines (waiting for the model, calls being written and running) on `live`.
+    pub fn with_live(mut self, live: Live) -> Self {
+        self.live = Some(live);
+        self
+    }
+
+    /// Runs `write` (which prints something else) with the live lines out of its way.
+    pub fn suspend<R>(&self, write: impl FnOnce() -> R) -> R {
+        match &self.live {
+            Some(live) => live.suspend(write),
+            None => write(),
+        }
+    }
+
+    /// A reply starts: its first request goes to the model.
+    pub fn reply_started(&mut self) {
+        if let Some(live) = &mut self.live {
+            live.waiting_for_model();
+        }
+    }
+
+    /// Redraws the live lines (their elapsed times).
+    pub fn tick(&self) {
+        if let Some(live) = &self.live {
+            live.tick();
+        }
+    }
+
+    /// Whether live lines are showing, to be redrawn as time passes.
+    pub fn is_live(&self) -> bool {
+        self.live.as_ref().is_some_and(Live::is_active)
+    }
+
+    /// Hides the live lines while the user answers a question, or shows them again.
+    pub fn pause_live(&mut self, paused: bool) {
+        if let Some(live) = &mut self.live {
+            if paused {
+                live.pause();
+            } else {
+                live.resume();
+            }
+        }
+    }
+
+    /// Writes with the live lines out of the way.
+    fn emit(&mut self, write: impl FnOnce(&mut O, &mut E) -> io::Result<()>) -> io::Result<()> {
+        let (out, err) = (&mut self.out, &mut self.err);
+        match &self.live {
+            Some(live) => live.suspend(|| write(out, err)),
+            None => write(out, err),
         }
     }
 
@@ -105,6 +163,9 @@ impl<O: Write, E: Write> Renderer<O, E> {
                     Some(sent) if !input.is_object() => sent,
                     _ => input.to_string(),
                 };
+                if let Some(live) = &mut self.live {
+                    live.call_started(call_id, name, &args);
+                }
                 self.calls.insert(
                     call_id.clone(),
                     (
@@ -114,12 +175,41 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 );
                 Ok(())
             }
-            AgentEvent::ToolProgress { call_id, message, .. } => self.progress(call_id, message),
+            AgentEvent::ToolProgress { call_id, message, .. } => match &mut self.live {
+                Some(live) => {
+                    live.progress(call_id, message);
+                    Ok(())
+                }
+                None => self.progress(call_id, message),
+            },
+            AgentEvent::ApprovalRequested {
+                call_id,
+                automatic: false,
+                ..
+            } => {
+                if let Some(live) = &mut self.live {
+                    live.call_asks(call_id);
+                }
+                Ok(())
+            }
+            AgentEvent::ApprovalResolved {
+                call_id,
+                decision: ApprovalDecision::Approve | ApprovalDecision::ApproveForSession,
+                ..
+            } => {
+                if let Some(live) = &mut self.live {
+                    live.call_approved(call_id);
+                }
+                Ok(())
+            }
             AgentEvent::TextCallsRecovered { .. } if !self.shim_noted => {
                 self.shim_noted = true;
                 self.end_line()?;
-                writeln!(self.err, "{}", self.style.dim(TOOL_SHIM_NOTE))?;
-                self.err.flush()
+                let note = self.style.dim(TOOL_SHIM_NOTE);
+                self.emit(|_, err| {
+                    writeln!(err, "{note}")?;
+                    err.flush()
+                })
             }
             AgentEvent::ToolFinished {
                 call_id,
@@ -127,8 +217,22 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 state,
                 duration,
                 ..
-            } => self.tool_line(call_id, name, state, *duration),
+            } => {
+                let line = self.tool_line(call_id, name, state, *duration);
+                if let Some(live) = &mut self.live {
+                    live.call_finished(call_id);
+                    if !live.is_active() {
+                        // The results go back to the model (unless the reply ends, which
+                        // clears this line at once).
+                        live.waiting_for_model();
+                    }
+                }
+                line
+            }
             AgentEvent::ReplyFinished { stop_reason, .. } => {
+                if let Some(live) = &mut self.live {
+                    live.clear();
+                }
                 self.end_line()?;
                 let note = match stop_reason {
                     StopReason::MaxIters => {
@@ -142,7 +246,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 if let Some(note) = note {
                     writeln!(self.err, "{}", self.style.dim(note))?;
                 }
-                Ok(())
+                self.err.flush()
             }
             _ => Ok(()),
         }
@@ -164,20 +268,20 @@ impl<O: Write, E: Write> Renderer<O, E> {
             .get(call_id)
             .map(|(name, _)| name.as_str())
             .unwrap_or("tool");
-        writeln!(
-            self.err,
-            "{}",
-            self.style.dim(&format!(
-                "  ⋯ {name}: {}",
-                sanitize::summary(message, SUMMARY_CHARS)
-            ))
-        )?;
+        let line = self.style.dim(&format!(
+            "  ⋯ {name}: {}",
+            sanitize::summary(message, SUMMARY_CHARS)
+        ));
+        writeln!(self.err, "{line}")?;
         self.err.flush()
     }
 
     fn message(&mut self, msg: &Msg, last: bool) -> io::Result<()> {
         match msg.role {
             Role::Assistant => {
+                if let Some(live) = &mut self.live {
+                    live.model_answers();
+                }
                 let thinking: String = msg
                     .content
                     .iter()
@@ -188,9 +292,12 @@ impl<O: Write, E: Write> Renderer<O, E> {
                     .collect();
                 let shown = self.shown_thinking.entry(msg.id.clone()).or_insert(0);
                 if let Some(new) = thinking.get(*shown..).filter(|s| !s.is_empty()) {
-                    write!(self.err, "{}", self.style.dim(&sanitize::multiline(new)))?;
+                    let new = self.style.dim(&sanitize::multiline(new));
                     *shown = thinking.len();
-                    self.err.flush()?;
+                    self.emit(|_, err| {
+                        write!(err, "{new}")?;
+                        err.flush()
+                    })?;
                 }
                 let text = msg.text().unwrap_or_default();
                 let shown = self.shown_text.entry(msg.id.clone()).or_insert(0);
@@ -200,10 +307,30 @@ impl<O: Write, E: Write> Renderer<O, E> {
                     None => format!("\n{text}"),
                 };
                 if !new.is_empty() {
-                    write!(self.out, "{}", sanitize::multiline(&new))?;
                     *shown = text.len();
+                    let mut new = sanitize::multiline(&new);
                     self.open_line = !text.ends_with('\n');
-                    self.out.flush()?;
+                    // Live lines are drawn under a whole line, never after a part of one.
+                    if self.open_line && self.is_live() {
+                        new.push('\n');
+                        self.open_line = false;
+                    }
+                    self.emit(|out, _| {
+                        write!(out, "{new}")?;
+                        out.flush()
+                    })?;
+                }
+                if !last && self.live.is_some() {
+                    let written: Vec<_> = msg.tool_uses().cloned().collect();
+                    if !written.is_empty() {
+                        self.end_line()?;
+                    }
+                    if let Some(live) = &mut self.live {
+                        for call in written {
+                            let arguments = call.raw_input.unwrap_or_else(|| call.input.to_string());
+                            live.call_written(&call.id, &call.name, &arguments);
+                        }
+                    }
                 }
                 if last {
                     for call in msg.tool_uses() {
@@ -246,23 +373,27 @@ impl<O: Write, E: Write> Renderer<O, E> {
         } else {
             "→".to_owned()
         };
-        writeln!(
-            self.err,
+        let line = format!(
             "{} {}{} {arrow} {} {}",
             self.style.cyan("⚙"),
             name,
             self.style.dim(&format!("({args})")),
             if failed { self.style.red(&summary) } else { summary },
             self.style.dim(&format!("[{}]", format_duration(duration))),
-        )?;
-        self.err.flush()
+        );
+        self.emit(|_, err| {
+            writeln!(err, "{line}")?;
+            err.flush()
+        })
     }
 
     fn end_line(&mut self) -> io::Result<()> {
         if self.open_line {
-            writeln!(self.out)?;
-            self.out.flush()?;
             self.open_line = false;
+            self.emit(|out, _| {
+                writeln!(out)?;
+                out.flush()
+            })?;
         }
         Ok(())
     }

@@ -4,158 +4,21 @@
 use agentry::model::ChatUsage;
 use agentry::{CallId, ReplyId};
 use std::collections::VecDeque;
-use std::io::{BufRead, IsTerminal, Write};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use agentry::agent::{AgentError, AgentEvent, ReplyRun, StopReason};
 use agentry::message::Msg;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::mpsc;
 
+use crate::input::Input;
+use crate::live::Live;
 use crate::render::{NAME_CHARS, Renderer, Style};
 use crate::sanitize;
 
 /// Two Ctrl-C presses closer than this quit.
 const DOUBLE_PRESS: Duration = Duration::from_secs(2);
-
-/// Lines typed on stdin, read on their own thread so the terminal stays responsive.
-///
-/// An approval question only takes a line typed after it was shown (type-ahead never approves):
-/// every line gets a number when the reader takes it from stdin, and showing a question
-/// discards what was typed so far (the lines read, and on a terminal what is typed but not yet
-/// entered).
-pub struct Input {
-    lines: Option<mpsc::UnboundedReceiver<(u64, String)>>,
-    /// Lines the reader has taken from stdin so far (numbered from 1).
-    taken: Arc<AtomicU64>,
-    /// Lines with a number up to this one were typed before the current question.
-    stale_up_to: u64,
-    /// Lines typed while a reply ran, for the next prompt.
-    ahead: VecDeque<String>,
-}
-
-impl Input {
-    pub fn stdin() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let taken = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&taken);
-        std::thread::spawn(move || read_lines(std::io::stdin().lock(), &counter, &tx));
-        Input {
-            lines: Some(rx),
-            taken,
-            stale_up_to: 0,
-            ahead: VecDeque::new(),
-        }
-    }
-
-    /// Whether stdin may still give lines.
-    pub fn is_reading(&self) -> bool {
-        self.lines.is_some()
-    }
-
-    /// Whether stdin is closed and every line it gave was taken.
-    pub fn is_closed(&self) -> bool {
-        self.lines.is_none() && self.ahead.is_empty()
-    }
-
-    /// The next line for a prompt: one typed ahead during a reply, or the next one typed;
-    /// `None` once stdin is closed.
-    pub async fn next(&mut self) -> Option<String> {
-        match self.ahead.pop_front() {
-            Some(line) => Some(line),
-            None => self.typed().await,
-        }
-    }
-
-    /// The next line read from stdin, skipping those typed before the current question;
-    /// `None` once stdin is closed.
-    pub async fn typed(&mut self) -> Option<String> {
-        loop {
-            let lines = self.lines.as_mut()?;
-            match lines.recv().await {
-                Some((number, line)) if number > self.stale_up_to => return Some(line),
-                Some(_) => {}
-                None => {
-                    self.lines = None;
-                    return None;
-                }
-            }
-        }
-    }
-
-    /// Keeps a line typed while a reply runs, for the next prompt.
-    pub fn keep_for_later(&mut self, line: String) {
-        self.ahead.push_back(line);
-    }
-
-    /// A question is shown now: forgets everything typed before it. Returns how many lines
-    /// were dropped (those still on their way from the reader are dropped when they arrive).
-    pub fn question_shown(&mut self) -> usize {
-        let mut dropped = self.ahead.len();
-        self.ahead.clear();
-        // Keys typed on a terminal but not entered yet would finish a line after the question.
-        let stdin = std::io::stdin();
-        if stdin.is_terminal() {
-            let _ = rustix::termios::tcflush(&stdin, rustix::termios::QueueSelector::IFlush);
-        }
-        self.stale_up_to = self.taken.load(Ordering::SeqCst);
-        if let Some(lines) = self.lines.as_mut() {
-            while let Ok((number, _)) = lines.try_recv() {
-                if number <= self.stale_up_to {
-                    dropped += 1;
-                }
-            }
-        }
-        dropped
-    }
-}
-
-/// Reads lines from `from` until it ends, numbering them. All the lines of one read are
-/// counted before the first is sent, so a line typed together with an earlier one is never
-/// taken for typed after a question that the earlier one led to.
-fn read_lines(mut from: impl BufRead, taken: &AtomicU64, to: &mpsc::UnboundedSender<(u64, String)>) {
-    let mut partial: Vec<u8> = Vec::new();
-    loop {
-        let chunk = match from.fill_buf() {
-            Ok([]) | Err(_) => break,
-            Ok(chunk) => chunk.to_vec(),
-        };
-        from.consume(chunk.len());
-        partial.extend_from_slice(&chunk);
-        let Some(last_newline) = partial.iter().rposition(|&b| b == b'\n') else {
-            continue;
-        };
-        let complete: Vec<u8> = partial.drain(..=last_newline).collect();
-        let lines: Vec<String> = complete[..last_newline]
-            .split(|&b| b == b'\n')
-            .map(line_text)
-            .collect();
-        if !send_all(lines, taken, to) {
-            return;
-        }
-    }
-    if !partial.is_empty() {
-        send_all(vec![line_text(&partial)], taken, to);
-    }
-}
-
-fn line_text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes)
-        .trim_end_matches(['\n', '\r'])
-        .to_owned()
-}
-
-/// Numbers `lines`, then sends them; false when nobody listens any more.
-fn send_all(lines: Vec<String>, taken: &AtomicU64, to: &mpsc::UnboundedSender<(u64, String)>) -> bool {
-    let first = taken.fetch_add(lines.len() as u64, Ordering::SeqCst) + 1;
-    lines
-        .into_iter()
-        .zip(first..)
-        .all(|(line, number)| to.send((number, line)).is_ok())
-}
 
 /// Ctrl-C presses: the first cancels, a second within `DOUBLE_PRESS` quits.
 #[derive(Default)]
@@ -230,6 +93,8 @@ impl DeclineKind {
 const QUESTION_LINE_CHARS: usize = 200;
 /// Lines shown of an approval request's message and of its preview.
 const QUESTION_LINES: usize = 40;
+/// How often the live lines are redrawn (elapsed times, spinners).
+const LIVE_REDRAW: Duration = Duration::from_millis(100);
 /// How long a reply may take to wind down after SIGTERM (tools' `on_cancel`, grace period).
 const TERMINATE_GRACE: Duration = Duration::from_secs(5);
 
@@ -254,12 +119,21 @@ pub struct Terminal {
 impl Terminal {
     /// The terminal of one command; `keeps_prompts` for `chat`.
     pub fn new(keeps_prompts: bool) -> Self {
-        let style = Style::detect(std::io::stderr().is_terminal());
+        let stderr_is_terminal = std::io::stderr().is_terminal();
+        let style = Style::detect(stderr_is_terminal);
+        let mut renderer = Renderer::new(std::io::stdout(), std::io::stderr(), style);
+        if stderr_is_terminal && std::env::var("TERM").map_or(true, |t| t != "dumb") {
+            renderer = renderer.with_live(Live::stderr());
+        }
         let terminate = listen(SignalKind::terminate(), "SIGTERM");
         Terminal {
-            renderer: Renderer::new(std::io::stdout(), std::io::stderr(), style),
+            renderer,
             style,
-            input: Input::stdin(),
+            input: if keeps_prompts {
+                Input::for_chat()
+            } else {
+                Input::stdin()
+            },
             interrupts: Interrupts::default(),
             terminate,
             interrupt: None,
@@ -277,15 +151,19 @@ impl Terminal {
     }
 
     fn say(&self, text: &str) {
-        let mut err = std::io::stderr();
-        let _ = writeln!(err, "{text}");
-        let _ = err.flush();
+        self.renderer.suspend(|| {
+            let mut err = std::io::stderr();
+            let _ = writeln!(err, "{text}");
+            let _ = err.flush();
+        });
     }
 
     fn ask(&self, text: &str) {
-        let mut err = std::io::stderr();
-        let _ = write!(err, "{text}");
-        let _ = err.flush();
+        self.renderer.suspend(|| {
+            let mut err = std::io::stderr();
+            let _ = write!(err, "{text}");
+            let _ = err.flush();
+        });
     }
 
     fn show_request(&self, name: &str, request: &ApprovalRequest, brief: bool) {
@@ -406,8 +284,13 @@ impl Terminal {
         let mut question: Option<Question> = None;
         let mut cancelled = false;
         let mut terminating: Option<tokio::time::Instant> = None;
+        let mut started: Vec<Started> = Vec::new();
+        let mut redraw = tokio::time::interval(LIVE_REDRAW);
+        redraw.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         self.take_interrupts();
+        self.renderer.reply_started();
         loop {
+            self.renderer.pause_live(question.is_some());
             tokio::select! {
                 event = run.next_event() => {
                     let Some(event) = event else { break };
@@ -418,6 +301,7 @@ impl Terminal {
                         run.cancel();
                         continue;
                     }
+                    track_started(&mut started, &event);
                     if let AgentEvent::ReplyFinished { reply_id, usage, .. } = &event {
                         self.last_usage = Some((reply_id.clone(), usage.clone()));
                     }
@@ -442,13 +326,14 @@ impl Terminal {
                         && terminating.is_none()
                         && let Some((call_id, name, request)) = waiting.front().cloned()
                     {
+                        self.renderer.pause_live(true);
                         question = Some(self.pose(&run, call_id, &name, &request));
                     }
                 }
                 line = self.input.typed(), if self.input.is_reading() => {
                     match (question.take(), line) {
                         (Some(asked), line) => question = self.answer(&run, asked, line),
-                        // `/cancel` typed during a reply does what Ctrl-C does.
+                        // `/cancel` typed during a reply cancels the reply.
                         (None, Some(line)) if line.trim() == "/cancel" && !cancelled => {
                             cancelled = true;
                             self.say(&self.style.red("⏹ Cancelling the reply…"));
@@ -459,15 +344,32 @@ impl Terminal {
                     }
                 }
                 () = received(&mut self.interrupt) => {
-                    if self.interrupts.press() {
+                    let quick = self.interrupts.press();
+                    if quick && cancelled {
                         return Outcome::Quit;
                     }
-                    cancelled = true;
-                    if question.take().is_some() {
+                    let asked = question.take().is_some();
+                    if asked {
                         self.say("");
                     }
-                    self.say(&self.style.red("⏹ Cancelling the reply… (Ctrl-C again to quit)"));
-                    run.cancel();
+                    // Calls that run (or wait for a free slot); an approved call too.
+                    let running: Vec<&Started> = started.iter().filter(|s| !s.asking).collect();
+                    if !cancelled && !quick && !asked && !running.is_empty() {
+                        // The seed's cancel: the running calls stop (their partial results go
+                        // to the model) and the reply goes on.
+                        let names: Vec<String> = running.iter().map(|s| sanitize::short(&s.name, NAME_CHARS)).collect();
+                        self.say(&self.style.red(&format!(
+                            "⏹ Cancelling {}… (Ctrl-C again cancels the reply)",
+                            names.join(", ")
+                        )));
+                        for call in running {
+                            let _ = run.handle().cancel_call(call.call_id.clone());
+                        }
+                    } else {
+                        cancelled = true;
+                        self.say(&self.style.red("⏹ Cancelling the reply… (Ctrl-C again to quit)"));
+                        run.cancel();
+                    }
                 }
                 () = received(&mut self.terminate) => {
                     if terminating.is_some() {
@@ -481,6 +383,7 @@ impl Terminal {
                     terminating = Some(tokio::time::Instant::now() + TERMINATE_GRACE);
                 }
                 () = sleep_until(terminating) => return Outcome::Terminated,
+                _ = redraw.tick(), if self.renderer.is_live() => self.renderer.tick(),
             }
         }
         if terminating.is_some() {
@@ -510,6 +413,39 @@ impl Terminal {
     }
 }
 
+/// A call of the reply in progress, from its start until it finishes.
+struct Started {
+    call_id: CallId,
+    name: String,
+    /// Waiting for the user's answer (not running).
+    asking: bool,
+}
+
+/// Keeps `started` current with `event`.
+fn track_started(started: &mut Vec<Started>, event: &AgentEvent) {
+    match event {
+        AgentEvent::ToolStarted { call_id, name, .. } => started.push(Started {
+            call_id: call_id.clone(),
+            name: name.clone(),
+            asking: false,
+        }),
+        AgentEvent::ApprovalRequested {
+            call_id,
+            automatic: false,
+            ..
+        } => started
+            .iter_mut()
+            .filter(|s| s.call_id == *call_id)
+            .for_each(|s| s.asking = true),
+        AgentEvent::ApprovalResolved { call_id, .. } => started
+            .iter_mut()
+            .filter(|s| s.call_id == *call_id)
+            .for_each(|s| s.asking = false),
+        AgentEvent::ToolFinished { call_id, .. } => started.retain(|s| s.call_id != *call_id),
+        _ => {}
+    }
+}
+
 fn listen(kind: SignalKind, name: &str) -> Option<Signal> {
     match signal(kind) {
         Ok(signal) => Some(signal),
@@ -536,67 +472,5 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn input_with(taken: u64) -> (Input, mpsc::UnboundedSender<(u64, String)>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let input = Input {
-            lines: Some(rx),
-            taken: Arc::new(AtomicU64::new(taken)),
-            stale_up_to: 0,
-            ahead: VecDeque::new(),
-        };
-        (input, tx)
-    }
-
-    #[tokio::test]
-    async fn a_question_only_takes_lines_read_after_it_was_shown() {
-        let (mut input, tx) = input_with(3);
-        input.keep_for_later("typed during the reply".into());
-        tx.send((1, "y".into())).unwrap();
-        tx.send((2, "yes".into())).unwrap();
-        // Line 3 was taken from stdin but is still on its way.
-        assert_eq!(input.question_shown(), 3);
-        tx.send((3, "a".into())).unwrap();
-        tx.send((4, "n".into())).unwrap();
-        assert_eq!(input.typed().await.as_deref(), Some("n"));
-        drop(tx);
-        assert_eq!(input.typed().await, None);
-        assert!(input.is_closed());
-    }
-
-    #[tokio::test]
-    async fn prompts_take_lines_typed_ahead_first() {
-        let (mut input, tx) = input_with(1);
-        input.keep_for_later("first".into());
-        tx.send((1, "second".into())).unwrap();
-        assert_eq!(input.next().await.as_deref(), Some("first"));
-        assert_eq!(input.next().await.as_deref(), Some("second"));
-    }
-
-    #[test]
-    fn the_lines_of_one_read_are_counted_before_any_is_sent() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let taken = AtomicU64::new(0);
-        let reader = std::io::BufReader::new(&b"one\r\ntwo\nno newline"[..]);
-        read_lines(reader, &taken, &tx);
-        assert_eq!(taken.load(Ordering::SeqCst), 3);
-        let mut got = Vec::new();
-        while let Ok(line) = rx.try_recv() {
-            got.push(line);
-        }
-        assert_eq!(
-            got,
-            [
-                (1, "one".to_owned()),
-                (2, "two".to_owned()),
-                (3, "no newline".to_owned())
-            ]
-        );
     }
 }

@@ -11,4 +11,5 @@ mod local_model;
 mod mcp;
 mod run;
 mod sessions;
+mod terminal;
 mod tool_shim;

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod program;
+pub mod tty;
 
 use std::path::Path;
 use std::process::{Command, Output};

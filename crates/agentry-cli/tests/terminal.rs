@@ -1,0 +1,148 @@
+//! `agentry chat` on a pseudo-terminal, as a person uses it: prompts edited with the keys of a
+//! terminal and recalled from the session's history, "waiting for the model" until it answers,
+//! a tool call's arguments shown as the model writes them, a live line for a running tool, an
+//! approval asked inline, and Ctrl-C (the byte the keyboard sends) cancelling the running call,
+//! not the program.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use agentry_testkit::{Call, FakeLlm, Gate, Reply};
+use common::tty::{Tty, keys};
+use common::{chat_args, write_call};
+
+/// The text of the last user message in request `n`.
+fn last_prompt(fake: &FakeLlm, n: usize) -> String {
+    fake.requests()[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap()
+}
+
+fn tool_message(fake: &FakeLlm, n: usize, call_id: &str) -> String {
+    fake.requests()[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap()
+}
+
+/// A tree of hard links to one 4 MiB file: searching it takes long enough to be cancelled
+/// while it runs, and the search reports progress.
+fn slow_tree(dir: &std::path::Path) {
+    let tree = dir.join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let line = "the quick brown fox jumps over the lazy dog, again and again and again\n";
+    let text = line.repeat(4 * 1024 * 1024 / line.len());
+    std::fs::write(tree.join("f0000.txt"), text).unwrap();
+    for i in 1..400 {
+        std::fs::hard_link(tree.join("f0000.txt"), tree.join(format!("f{i:04}.txt"))).unwrap();
+    }
+}
+
+fn session_chat(fake: &FakeLlm, dir: &std::path::Path) -> Tty {
+    let mut args = chat_args(&fake.base_url(), dir);
+    args.extend([
+        "--session".into(),
+        "demo".into(),
+        "--db".into(),
+        dir.join("sessions.db").display().to_string(),
+    ]);
+    Tty::start(&args, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_on_a_terminal_edits_shows_live_lines_and_ctrl_c_cancels_the_running_call() {
+    let dir = tempfile::tempdir().unwrap();
+    slow_tree(dir.path());
+    let fake = FakeLlm::start().await;
+    let first_token = Gate::new();
+    fake.push(Reply::text("Hi there!").pause_after(0, first_token.clone()));
+    // The call's arguments stop half-written until the test has seen them.
+    let half_written = Gate::new();
+    fake.push(
+        Reply::tool_calls([Call::new(
+            "s",
+            "search_files",
+            r#"{"pattern": "needle", "path": "tree"}"#,
+        )])
+        .chunks(4)
+        .pause_after(3, half_written.clone()),
+    );
+    fake.push(Reply::text("Stopped where you said."));
+    fake.push(write_call());
+    fake.push(Reply::text("Written."));
+
+    let mut tty = session_chat(&fake, dir.path());
+    tty.shows("you> ");
+    tty.enter("hello");
+    tty.shows("waiting for the model");
+    first_token.reached().await;
+    first_token.open();
+    tty.shows("Hi there!");
+
+    // Edited with the terminal's keys: a typo removed with backspace, a word inserted after
+    // moving left. Through a pipe these keys would reach the model as they are.
+    tty.shows("you> ");
+    tty.press("find the needlX");
+    tty.press(keys::BACKSPACE);
+    tty.press("e");
+    for _ in 0.."needle".len() {
+        tty.press(keys::LEFT);
+    }
+    tty.press("big ");
+    tty.press(keys::ENTER);
+    half_written.reached().await;
+    tty.shows("✎ search_files({\"pattern");
+    half_written.open();
+    tty.shows("⋯ searched");
+    tty.press(keys::CTRL_C);
+    tty.shows("Cancelling search_files");
+    tty.shows("Stopped where you said.");
+    assert_eq!(last_prompt(&fake, 1), "find the big needle");
+    assert!(
+        tool_message(&fake, 2, "s").contains("The user cancelled the search after"),
+        "the model reads the tool's partial result"
+    );
+
+    // An approval asked inline, answered with a key.
+    tty.shows("you> ");
+    tty.enter("write it down");
+    tty.shows("? Write notes.txt?");
+    tty.shows("[s] decline and stop > ");
+    tty.enter("y");
+    tty.shows("Written.");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "hello"
+    );
+
+    tty.shows("you> ");
+    tty.enter("/quit");
+    assert_eq!(tty.exit_code(), 0);
+    fake.assert_no_violations();
+
+    // The session's prompts come back with the up arrow after a restart.
+    fake.push(Reply::text("Same again."));
+    let mut tty = session_chat(&fake, dir.path());
+    tty.shows("you> ");
+    tty.press(keys::UP);
+    tty.shows("write it down");
+    tty.press(keys::UP);
+    tty.shows("find the big needle");
+    tty.press(keys::ENTER);
+    tty.shows("Same again.");
+    assert_eq!(last_prompt(&fake, 5), "find the big needle");
+    tty.shows("you> ");
+    tty.press(keys::CTRL_C);
+    tty.shows("Ctrl-C again to quit");
+    tty.press(keys::CTRL_D);
+    assert_eq!(tty.exit_code(), 0);
+    fake.assert_no_violations();
+}
