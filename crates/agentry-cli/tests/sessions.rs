@@ -363,6 +363,27 @@ async fn a14_an_always_answer_holds_in_the_next_process_until_revoked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a14_an_always_answer_is_kept_when_the_process_dies_before_the_reply_ends() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(write_call());
+    // The model never answers the result: the process is killed while it waits.
+    fake.push(Reply::text("never sent").hang_after(0));
+    let mut first = Program::start(&with_session(&fake, home, "write hello"), home);
+    first.stderr_has("? Write notes.txt?").await;
+    first.type_line("a");
+    fake.wait_for_requests(2).await;
+    first.kill();
+    let (status, _, _) = first.finish().await;
+    assert_eq!(status.code(), None, "killed");
+    let shown = shown(home, "work").await;
+    assert_eq!(shown["grants"][0]["tool_name"], "write_file", "{shown}");
+    assert_eq!(shown["grants"][0]["kind"]["kind"], "allow");
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_approval_when_the_process_died_is_asked_again_and_runs_once() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();

@@ -24,6 +24,16 @@ fn tool_of(key: &str) -> &str {
     key.split('\u{0}').next().unwrap_or(key)
 }
 
+/// The stored form of the grant the agent holds under `key`.
+pub(crate) fn grant_row(key: &str, grant: &SessionGrant) -> Grant {
+    Grant {
+        key: key.to_owned(),
+        tool_name: tool_of(key).to_owned(),
+        kind: kind(grant),
+        created_at: Utc::now(),
+    }
+}
+
 /// Gives `agent` the grants kept in `memory`'s session; how many.
 pub async fn restore_grants(agent: &ReActAgent, memory: &SessionMemory) -> Result<usize, StoreError> {
     let stored = memory.store().grants(&memory.session().id).await?;
@@ -51,14 +61,8 @@ pub async fn save_grants(agent: &ReActAgent, memory: &SessionMemory) -> Result<u
     let current = agent.session_grants();
     let mut changed = 0;
     for (key, grant) in &current {
-        let kind = kind(grant);
-        if stored.get(key) != Some(&kind) {
-            let row = Grant {
-                key: key.clone(),
-                tool_name: tool_of(key).to_owned(),
-                kind,
-                created_at: Utc::now(),
-            };
+        let row = grant_row(key, grant);
+        if stored.get(key) != Some(&row.kind) {
             store.put_grant(memory.lease(), &row).await?;
             changed += 1;
         }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agentry::agent::{AgentHook, HookContext};
+use agentry::agent::{AgentHook, HookContext, SessionGrant};
 use agentry::message::ToolUseBlock;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
 use async_trait::async_trait;
@@ -18,7 +18,8 @@ use crate::{CallRecord, CallStatus, SessionMemory};
 /// so that recovery after a crash tells the model the call "may have partly run" rather than
 /// that it never started.
 ///
-/// It also keeps approval questions (the call waits, with what the user is asked) and
+/// It also keeps session grants (spec A14) as they are made, before the call they came from
+/// runs, and approval questions (the call waits, with what the user is asked) and
 /// decisions, so that a call waiting for approval when the process stopped can be asked about
 /// again ([`PendingApprovals::Keep`](crate::PendingApprovals)). Register this hook after any
 /// hook that rewrites calls, so it records the arguments as they run.
@@ -76,6 +77,13 @@ impl AgentHook for CallRecorder {
             .await
         {
             tracing::warn!(call = %call.id, error = %e, "the session store did not keep the approval question");
+        }
+    }
+
+    async fn session_grant_stored(&self, _ctx: &HookContext, key: &str, grant: &SessionGrant) {
+        let row = crate::grants::grant_row(key, grant);
+        if let Err(e) = self.memory.store().put_grant(self.memory.lease(), &row).await {
+            tracing::warn!(error = %e, "the session store did not keep the grant (saved again after the reply)");
         }
     }
 

@@ -129,7 +129,7 @@ impl ReplyCx<'_> {
         match decision {
             ApprovalDecision::Approve => self.approved(record, decision, false, source),
             ApprovalDecision::ApproveForSession => {
-                self.store_grant(key, Grant::Allow);
+                self.store_grant(key, Grant::Allow).await;
                 self.approved(record, decision, false, source)
             }
             ApprovalDecision::Decline { ref reason } => {
@@ -149,7 +149,8 @@ impl ReplyCx<'_> {
                     Grant::Deny {
                         reason: reason.clone(),
                     },
-                );
+                )
+                .await;
                 self.decline(record, decision, reason, false, source)
             }
             ApprovalDecision::DeclineAndStop { ref reason } => {
@@ -162,7 +163,10 @@ impl ReplyCx<'_> {
         }
     }
 
-    fn store_grant(&self, key: String, grant: Grant) {
+    async fn store_grant(&self, key: String, grant: Grant) {
+        for (_, hook) in self.hooks.iter() {
+            hook.session_grant_stored(&self.hook_cx, &key, &grant).await;
+        }
         self.inner
             .session
             .grants

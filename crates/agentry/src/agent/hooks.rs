@@ -31,6 +31,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::ReplyId;
+use crate::agent::SessionGrant;
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ToolChoice;
 use crate::tool::{ApprovalDecision, ApprovalRequest, DecisionSource, ToolCallState};
@@ -85,6 +86,11 @@ pub trait AgentHook: Send + Sync + 'static {
         _source: DecisionSource,
     ) {
     }
+    /// The user's decision made a session grant (spec A14: approve or decline for the session),
+    /// held under `key` by the agent from now on: called before the call it came from runs or
+    /// is declined, so that a store keeps the grant even if the process dies during the call.
+    /// The same grants are listed by [`ReActAgent::session_grants`](super::ReActAgent::session_grants).
+    async fn session_grant_stored(&self, _ctx: &HookContext, _key: &str, _grant: &SessionGrant) {}
     /// Before a message event is emitted; may change what is shown.
     async fn pre_print(&self, _ctx: &HookContext, _msg: &mut Msg, _last: bool) {}
     /// After a message event was emitted.
