@@ -4,6 +4,7 @@
 
 mod agent;
 mod bad_files;
+mod call_records;
 mod common;
 mod grants;
 mod recovery;

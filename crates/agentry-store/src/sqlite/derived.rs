@@ -70,7 +70,8 @@ pub(super) fn call_changes(msg: &Msg) -> Result<Vec<CallChange>, StoreError> {
     Ok(changes)
 }
 
-/// Applies `changes` in `tx`.
+/// Applies `changes` in `tx`. A call that was declined or cancelled before it started has no
+/// start time, whatever was recorded when it entered the runtime (before its approval).
 pub(super) fn apply(
     tx: &Transaction<'_>,
     ctx: &Ctx,
@@ -113,7 +114,8 @@ pub(super) fn apply(
                          phase = excluded.phase, partial = excluded.partial,
                          stop_reason = excluded.stop_reason, partial_result = excluded.partial_result,
                          decision_source = coalesce(excluded.decision_source, tool_calls.decision_source),
-                         started_at = coalesce(tool_calls.started_at, excluded.started_at),
+                         started_at = CASE WHEN excluded.state = 'declined' OR excluded.phase = 'before_start'
+                             THEN NULL ELSE coalesce(tool_calls.started_at, excluded.started_at) END,
                          finished_at = excluded.finished_at, updated_at = excluded.updated_at
                      WHERE tool_calls.terminal = 0",
                 )

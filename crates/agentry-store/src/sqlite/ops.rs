@@ -554,6 +554,8 @@ pub(super) fn resolve_approval(
         | ApprovalDecision::DeclineForSession { reason }
         | ApprovalDecision::DeclineAndStop { reason } => {
             call.finished_at = Some(now);
+            // It entered the runtime (a recorder may have noted that) but never started.
+            call.started_at = None;
             CallStatus::Finished(ToolCallState::Declined {
                 reason: reason.clone(),
             })
@@ -561,6 +563,7 @@ pub(super) fn resolve_approval(
         // A decision added to the core later: fail closed, as for no decision (A15).
         _ => {
             call.finished_at = Some(now);
+            call.started_at = None;
             CallStatus::Finished(ToolCallState::Declined { reason: None })
         }
     };
