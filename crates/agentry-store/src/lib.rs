@@ -45,6 +45,7 @@ mod recorder;
 mod recovery;
 mod sqlite;
 mod store;
+mod tool_groups;
 mod transfer;
 mod types;
 
@@ -55,6 +56,7 @@ pub use recorder::CallRecorder;
 pub use recovery::REPLY_INTERRUPTED_BY_RESTART;
 pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Lease, SessionStore};
+pub use tool_groups::{TOOL_GROUPS_KEY, ToolGroupRecorder, restore_tool_groups, save_tool_groups};
 pub use transfer::{EXPORT_FORMAT, EXPORT_VERSION, SessionExport};
 pub use types::{
     CallRecord, CallStatus, Grant, GrantKind, PendingApproval, PendingApprovals, Recovered, Recovery,

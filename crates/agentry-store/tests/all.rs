@@ -9,4 +9,5 @@ mod common;
 mod grants;
 mod recovery;
 mod round_trip;
+mod tool_groups;
 mod writers;
