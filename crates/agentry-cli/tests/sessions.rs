@@ -233,6 +233,57 @@ async fn a_second_writer_on_a_session_is_refused_with_a_clear_error() {
     );
 }
 
+/// One process writes a session step after step while another reads it again and again with
+/// `sessions show`: every read succeeds at once with a consistent session (each call with its
+/// result, or still running), and the writer is never held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_and_a_writer_on_one_database_neither_blocks_nor_corrupts() {
+    const STEPS: usize = 40;
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    for i in 0..STEPS {
+        fake.push(Reply::tool_calls([Call::new(
+            format!("c{i}"),
+            "calculate",
+            format!(r#"{{"expression": "{i} + 1"}}"#),
+        )]));
+    }
+    fake.push(Reply::text("Counted."));
+    let mut args = with_session(&fake, home, "count");
+    let prompt = args.pop().unwrap();
+    args.extend(["--max-iters".into(), (STEPS + 1).to_string(), prompt]);
+    let writer = Program::start(&args, home);
+    fake.wait_for_requests(2).await;
+    let mut reads = 0;
+    while fake.request_count() <= STEPS {
+        let started = std::time::Instant::now();
+        let shown = shown(home, "work").await;
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "a read waited for the writer"
+        );
+        let calls = shown["calls"].as_array().unwrap();
+        let finished = calls
+            .iter()
+            .filter(|c| c["status"]["outcome"]["state"] == "completed")
+            .count();
+        assert!(
+            calls.len() - finished <= 1,
+            "at most the call in progress is open: {calls:#?}"
+        );
+        reads += 1;
+    }
+    let (status, out, err) = writer.finish().await;
+    assert!(status.success(), "{err}");
+    assert_eq!(out, "Counted.\n");
+    assert!(reads >= 1);
+    let shown = shown(home, "work").await;
+    assert_eq!(shown["messages"].as_array().unwrap().len(), 2 + 2 * STEPS);
+    assert_eq!(shown["calls"].as_array().unwrap().len(), STEPS);
+    fake.assert_no_violations();
+}
+
 /// `chat --session` killed with `kill -9` while an MCP tool runs; the next `chat --session`
 /// continues, and the model reads that the call was interrupted by the restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
