@@ -218,16 +218,19 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 duration,
                 ..
             } => {
-                let line = self.tool_line(call_id, name, state, *duration);
+                // Its live line goes first, so that it is not drawn again under its record.
                 if let Some(live) = &mut self.live {
                     live.call_finished(call_id);
-                    if !live.is_active() {
-                        // The results go back to the model (unless the reply ends, which
-                        // clears this line at once).
-                        live.waiting_for_model();
-                    }
                 }
-                line
+                self.tool_line(call_id, name, state, *duration)?;
+                if let Some(live) = &mut self.live
+                    && !live.is_active()
+                {
+                    // The results go back to the model (unless the reply ends, which clears
+                    // this line at once).
+                    live.waiting_for_model();
+                }
+                Ok(())
             }
             AgentEvent::ReplyFinished { stop_reason, .. } => {
                 if let Some(live) = &mut self.live {
