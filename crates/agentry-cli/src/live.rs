@@ -93,42 +93,37 @@ impl Live {
 
     /// The model is writing call `id`: its arguments so far.
     pub fn call_written(&mut self, id: &CallId, name: &str, arguments: &str) {
-        let call = call_text(name, arguments);
-        match self.calls.iter_mut().find(|c| c.id == *id) {
-            Some(live) => live.call = call,
-            None => {
-                let bar = self.line();
-                self.calls.push(LiveCall {
-                    id: id.clone(),
-                    bar,
-                    call,
-                    phase: Phase::Written,
-                });
-            }
-        }
-        self.tick();
+        self.show_call(id, call_text(name, arguments), None);
     }
 
     /// Call `id` entered the runtime with these arguments (it may still wait for approval).
     pub fn call_started(&mut self, id: &CallId, name: &str, arguments: &str) {
-        let call = call_text(name, arguments);
-        let phase = Phase::Running {
+        let running = Phase::Running {
             since: Instant::now(),
             progress: None,
         };
-        match self.calls.iter_mut().find(|c| c.id == *id) {
-            Some(live) => {
-                live.call = call;
-                live.phase = phase;
-            }
+        self.show_call(id, call_text(name, arguments), Some(running));
+    }
+
+    /// Shows `call` on the line of call `id` (a new line: written), in `phase` when given.
+    fn show_call(&mut self, id: &CallId, call: String, phase: Option<Phase>) {
+        let at = match self.calls.iter().position(|c| c.id == *id) {
+            Some(at) => at,
             None => {
                 let bar = self.line();
                 self.calls.push(LiveCall {
                     id: id.clone(),
                     bar,
-                    call,
-                    phase,
+                    call: String::new(),
+                    phase: Phase::Written,
                 });
+                self.calls.len() - 1
+            }
+        };
+        if let Some(live) = self.calls.get_mut(at) {
+            live.call = call;
+            if let Some(phase) = phase {
+                live.phase = phase;
             }
         }
         self.tick();

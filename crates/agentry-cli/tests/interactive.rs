@@ -8,7 +8,7 @@ use crate::common;
 use agentry::tool::{CANCELLED_BEFORE_START, declined_text};
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::program::Program;
-use common::{run_args, write_call};
+use common::{run_args, slow_tree, tool_message, write_call};
 
 /// `agentry run PROMPT` against the fake model, `workdir` also its HOME.
 fn run(fake: &FakeLlm, workdir: &std::path::Path, prompt: &str) -> Program {
@@ -16,16 +16,6 @@ fn run(fake: &FakeLlm, workdir: &std::path::Path, prompt: &str) -> Program {
         &run_args(&fake.base_url(), workdir, &["--no-mcp"], prompt),
         workdir,
     )
-}
-
-fn tool_message(fake: &FakeLlm, n: usize, call_id: &str) -> String {
-    fake.requests()[n].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
-        .and_then(|m| m["content"].as_str().map(str::to_owned))
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,17 +175,7 @@ async fn a_line_typed_before_the_question_does_not_answer_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_a_tool_runs_cancels_it_like_quitting_and_exits_143() {
     let dir = tempfile::tempdir().unwrap();
-    // Hard links to one 4 MiB text file: cheap to make, each searched on its own, slow enough
-    // together that the search still runs when the signal arrives (the test waits for its
-    // first progress line, then signals at once).
-    let tree = dir.path().join("tree");
-    std::fs::create_dir(&tree).unwrap();
-    let line = "the quick brown fox jumps over the lazy dog, again and again and again\n";
-    let text = line.repeat(4 * 1024 * 1024 / line.len());
-    std::fs::write(tree.join("f0000.txt"), text).unwrap();
-    for i in 1..400 {
-        std::fs::hard_link(tree.join("f0000.txt"), tree.join(format!("f{i:04}.txt"))).unwrap();
-    }
+    slow_tree(dir.path());
     let fake = FakeLlm::start().await;
     fake.push(Reply::tool_calls([Call::new(
         "s",

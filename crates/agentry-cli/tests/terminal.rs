@@ -9,7 +9,7 @@ use crate::common;
 
 use agentry_testkit::{Call, FakeLlm, Gate, Reply};
 use common::tty::{Tty, keys};
-use common::{chat_args, write_call};
+use common::{chat_args, slow_tree, tool_message, write_call};
 
 /// The text of the last user message in request `n`.
 fn last_prompt(fake: &FakeLlm, n: usize) -> String {
@@ -21,29 +21,6 @@ fn last_prompt(fake: &FakeLlm, n: usize) -> String {
         .find(|m| m["role"] == "user")
         .and_then(|m| m["content"].as_str().map(str::to_owned))
         .unwrap()
-}
-
-fn tool_message(fake: &FakeLlm, n: usize, call_id: &str) -> String {
-    fake.requests()[n].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
-        .and_then(|m| m["content"].as_str().map(str::to_owned))
-        .unwrap()
-}
-
-/// A tree of hard links to one 4 MiB file: searching it takes long enough to be cancelled
-/// while it runs, and the search reports progress.
-fn slow_tree(dir: &std::path::Path) {
-    let tree = dir.join("tree");
-    std::fs::create_dir(&tree).unwrap();
-    let line = "the quick brown fox jumps over the lazy dog, again and again and again\n";
-    let text = line.repeat(4 * 1024 * 1024 / line.len());
-    std::fs::write(tree.join("f0000.txt"), text).unwrap();
-    for i in 1..400 {
-        std::fs::hard_link(tree.join("f0000.txt"), tree.join(format!("f{i:04}.txt"))).unwrap();
-    }
 }
 
 fn session_chat(fake: &FakeLlm, dir: &std::path::Path) -> Tty {

@@ -91,3 +91,28 @@ pub fn write_call() -> agentry_testkit::Reply {
         r#"{"path": "notes.txt", "content": "hello"}"#,
     )])
 }
+
+/// The result the model read for call `call_id` in request `n` of `fake`.
+pub fn tool_message(fake: &agentry_testkit::FakeLlm, n: usize, call_id: &str) -> String {
+    fake.requests()[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap()
+}
+
+/// `dir/tree`: hard links to one 4 MiB text file, cheap to make, each searched on its own, slow
+/// enough together that `search_files` on it still runs (and reports progress) when a test
+/// cancels it.
+pub fn slow_tree(dir: &Path) {
+    let tree = dir.join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let line = "the quick brown fox jumps over the lazy dog, again and again and again\n";
+    let text = line.repeat(4 * 1024 * 1024 / line.len());
+    std::fs::write(tree.join("f0000.txt"), text).unwrap();
+    for i in 1..400 {
+        std::fs::hard_link(tree.join("f0000.txt"), tree.join(format!("f{i:04}.txt"))).unwrap();
+    }
+}
