@@ -1,0 +1,74 @@
+//! Errors of the HTTP API: a status and a JSON body `{"error": {"code", "message"}}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An API error: nothing was changed by the request that got it.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with this status, machine-readable code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 404: no such session.
+    pub fn no_session(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            format!("no session {id:?}"),
+        )
+    }
+
+    /// 409: the request conflicts with the session's state.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 400: the request itself is wrong.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 500: the store or the agent failed.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<agentry_store::StoreError> for ApiError {
+    fn from(e: agentry_store::StoreError) -> Self {
+        use agentry_store::StoreError;
+        match &e {
+            StoreError::SessionNotFound(id) => Self::no_session(id),
+            StoreError::SessionBusy { .. } => Self::conflict("session_busy", e.to_string()),
+            StoreError::NameTaken(_) => Self::conflict("name_taken", e.to_string()),
+            _ => Self::internal(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}

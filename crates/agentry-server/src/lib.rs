@@ -1,0 +1,167 @@
+//! agentry's HTTP API: durable sessions driven over HTTP, with a live event stream.
+//!
+//! Ops in, events out, as in the terminal: `POST /v1/sessions/{id}/messages` starts a reply;
+//! `GET /v1/sessions/{id}/events` streams every [`AgentEvent`](agentry::agent::AgentEvent) of
+//! the session in its serialized shape, each with an id (`Last-Event-ID` resumes after a dropped
+//! connection); calls and replies are cancelled and approvals decided with `POST`s. Sessions
+//! live in a [`SessionStore`](agentry_store::SessionStore): the server holds a session's writer
+//! lease from its first message or event stream until it stops.
+//!
+//! Binding anything but loopback requires a bearer token, checked in constant time on every
+//! route ([`Security`]).
+//!
+//! ```no_run
+//! # async fn demo(model: std::sync::Arc<dyn agentry::model::ChatModel>) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use agentry_server::{Security, Server};
+//!
+//! let store = Arc::new(agentry_store::SqliteStore::open_default()?);
+//! let toolkit = agentry::tool::Toolkit::new();
+//! let tools = toolkit.clone();
+//! let server = Server::new(store, toolkit, Arc::new(move || {
+//!     agentry::ReActAgent::builder().name("agentry").model(Arc::clone(&model)).toolkit(tools.clone())
+//! }));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! server.serve(listener, Security::Loopback, std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod events;
+mod routes;
+mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use agentry::tool::Toolkit;
+use agentry_store::SessionStore;
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+pub use error::ApiError;
+pub use state::AgentFactory;
+
+use state::AppState;
+
+/// Who may call the server.
+#[derive(Clone)]
+pub enum Security {
+    /// Anyone who can reach it: only for a loopback address.
+    Loopback,
+    /// Requests carrying `Authorization: Bearer TOKEN`.
+    Token(String),
+}
+
+impl std::fmt::Debug for Security {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Security::Loopback => f.write_str("Loopback"),
+            Security::Token(_) => f.write_str("Token(…)"),
+        }
+    }
+}
+
+/// Why the server does not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// Binding anything but loopback without a token would let anyone drive the agent.
+    #[error("{0} is not a loopback address: give a token (--token-file) to serve on it")]
+    NoToken(SocketAddr),
+    /// An empty token would accept an empty `Authorization` header.
+    #[error("the token is empty")]
+    EmptyToken,
+    /// The listener failed.
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The HTTP server of a store of sessions.
+pub struct Server {
+    state: Arc<AppState>,
+}
+
+impl Server {
+    /// A server of `store`'s sessions, their agents made by `factory`; `toolkit` is what
+    /// `GET /v1/tools` lists (the factory's agents should have these tools).
+    pub fn new(store: Arc<dyn SessionStore>, toolkit: Toolkit, factory: AgentFactory) -> Self {
+        Server {
+            state: Arc::new(AppState::new(store, factory, toolkit)),
+        }
+    }
+
+    /// The routes, behind `security`.
+    pub fn router(&self, security: Security) -> Router {
+        let router = routes::routes().with_state(Arc::clone(&self.state));
+        match security {
+            Security::Loopback => router,
+            Security::Token(token) => {
+                let token: Arc<[u8]> = token.into_bytes().into();
+                router.layer(middleware::from_fn(
+                    move |headers: HeaderMap, request: Request, next: Next| {
+                        let token = Arc::clone(&token);
+                        async move {
+                            if authorized(&headers, &token) {
+                                next.run(request).await
+                            } else {
+                                unauthorized()
+                            }
+                        }
+                    },
+                ))
+            }
+        }
+    }
+
+    /// Serves on `listener` until `shutdown` resolves. Refuses a non-loopback address without
+    /// a token.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        security: Security,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let addr = listener.local_addr()?;
+        match &security {
+            Security::Loopback if !addr.ip().is_loopback() => return Err(ServeError::NoToken(addr)),
+            Security::Token(token) if token.is_empty() => return Err(ServeError::EmptyToken),
+            _ => {}
+        }
+        let app = self.router(security);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        Ok(())
+    }
+}
+
+fn authorized(headers: &HeaderMap, token: &[u8]) -> bool {
+    let Some(given) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+    else {
+        return false;
+    };
+    // Lengths may differ: `ct_eq` on slices of different lengths is false without comparing.
+    bool::from(given.ct_eq(token))
+}
+
+fn unauthorized() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "a bearer token is required: Authorization: Bearer TOKEN",
+    )
+    .into_response();
+    response.headers_mut().insert(
+        axum::http::header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    response
+}

@@ -1,0 +1,280 @@
+//! The routes of the HTTP API (JSON in and out; events as server-sent events).
+
+use std::sync::Arc;
+
+use agentry::ReActAgent;
+use agentry::message::Msg;
+use agentry::tool::{ApprovalDecision, CancelOutcome};
+use agentry_store::{SessionId, SessionInfo};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::events::ResumeError;
+use crate::state::AppState;
+
+type Shared = State<Arc<AppState>>;
+
+/// The API's routes, without authentication (see [`crate::router`]).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/v1/tools", get(tools))
+        .route("/v1/sessions", get(list_sessions).post(create_session))
+        .route("/v1/sessions/{id}", get(show_session).delete(delete_session))
+        .route("/v1/sessions/{id}/messages", post(send_message))
+        .route("/v1/sessions/{id}/events", get(events))
+        .route("/v1/sessions/{id}/cancel", post(cancel_reply))
+        .route("/v1/sessions/{id}/calls/{call_id}/cancel", post(cancel_call))
+        .route("/v1/sessions/{id}/calls/{call_id}/decision", post(decide))
+}
+
+/// A JSON body, or a 400 saying what is wrong with it.
+fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    payload
+        .map(|Json(t)| t)
+        .map_err(|e| ApiError::bad_request("bad_body", e.body_text()))
+}
+
+fn session_json(info: &SessionInfo, replying: bool) -> Value {
+    json!({
+        "id": info.id,
+        "name": info.name,
+        "created_at": info.created_at,
+        "updated_at": info.updated_at,
+        "message_count": info.message_count,
+        "replying": replying,
+    })
+}
+
+async fn tools(State(state): Shared) -> Json<Value> {
+    let toolkit = &state.toolkit;
+    let tools: Vec<Value> = toolkit
+        .json_schemas()
+        .iter()
+        .map(|schema| {
+            json!({
+                "name": schema.name,
+                "description": schema.description,
+                "parameters": schema.parameters,
+                "requires_approval": toolkit.policy(&schema.name).require_approval,
+            })
+        })
+        .collect();
+    Json(json!({ "tools": tools }))
+}
+
+async fn list_sessions(State(state): Shared) -> Result<Json<Value>, ApiError> {
+    let mut sessions = Vec::new();
+    for info in state.store.sessions().await? {
+        let replying = state.loaded(&info.id).await.is_some_and(|s| s.is_replying());
+        sessions.push(session_json(&info, replying));
+    }
+    Ok(Json(json!({ "sessions": sessions })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewSession {
+    name: String,
+}
+
+async fn create_session(
+    State(state): Shared,
+    payload: Result<Json<NewSession>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let new = body(payload)?;
+    let name = new.name.trim();
+    if name.is_empty() || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "bad_name",
+            "a session name is a non-empty line of text",
+        ));
+    }
+    let info = state
+        .store
+        .create_session(name, &json!({"agent": "agentry-server"}))
+        .await?;
+    Ok((StatusCode::CREATED, Json(session_json(&info, false))).into_response())
+}
+
+async fn show_session(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = SessionId::new(id);
+    let Some(info) = state.store.session(&id).await? else {
+        return Err(ApiError::no_session(id.as_str()));
+    };
+    let (messages, last_event_id, replying) = match state.loaded(&id).await {
+        Some(live) => (
+            agentry::memory::Memory::messages(&*live.memory)
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))?,
+            live.events.last_id(),
+            live.is_replying(),
+        ),
+        None => (state.store.messages(&id).await?, 0, false),
+    };
+    let mut shown = session_json(&info, replying);
+    shown["messages"] = json!(messages);
+    shown["calls"] = json!(state.store.calls(&id).await?);
+    shown["pending_approvals"] = json!(state.store.pending_approvals(&id).await?);
+    shown["last_event_id"] = json!(last_event_id);
+    Ok(Json(shown))
+}
+
+async fn delete_session(State(state): Shared, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    let id = SessionId::new(id);
+    if let Some(live) = state.loaded(&id).await {
+        if live.is_replying() {
+            return Err(ApiError::conflict(
+                "reply_running",
+                "a reply runs in this session: cancel it first",
+            ));
+        }
+        // Give the lease back so that the store lets the session go.
+        state.unload(&id).await;
+        drop(live);
+    }
+    match state.store.delete_session(&id).await? {
+        true => Ok(StatusCode::NO_CONTENT),
+        false => Err(ApiError::no_session(id.as_str())),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewMessage {
+    text: String,
+}
+
+async fn send_message(
+    State(state): Shared,
+    Path(id): Path<String>,
+    payload: Result<Json<NewMessage>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let message = body(payload)?;
+    if message.text.trim().is_empty() {
+        return Err(ApiError::bad_request("empty_message", "the message has no text"));
+    }
+    let live = state.live(&SessionId::new(id)).await?;
+    let after = live.events.last_id();
+    let text = message.text;
+    if !live.start(move |agent: &ReActAgent| agent.start_reply(Msg::user(text))) {
+        return Err(ApiError::conflict(
+            "reply_running",
+            "a reply runs in this session: wait for its end or cancel it",
+        ));
+    }
+    Ok((StatusCode::ACCEPTED, Json(json!({ "events_after": after }))).into_response())
+}
+
+async fn events(
+    State(state): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let after = match headers.get("last-event-id") {
+        None => 0,
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                ApiError::bad_request("bad_last_event_id", "Last-Event-ID is an event id (a number)")
+            })?,
+    };
+    let live = state.live(&SessionId::new(id)).await?;
+    let stream = live.events.stream_after(after).map_err(|e| match e {
+        ResumeError::TooOld { oldest } => ApiError::conflict(
+            "events_gone",
+            format!("events after {after} are no longer kept (the oldest is {oldest}): reload the session"),
+        ),
+        ResumeError::Unknown { last } => ApiError::conflict(
+            "unknown_event_id",
+            format!(
+                "no event {after} yet (the last is {last}; the server may have restarted): reload the session"
+            ),
+        ),
+    })?;
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = SessionId::new(id);
+    let live = loaded_or_404(&state, &id).await?;
+    match live.agent.handle().cancel_reply() {
+        CancelOutcome::Cancelled => Ok(Json(json!({"outcome": "cancelled"}))),
+        CancelOutcome::AlreadyCancelled => Ok(Json(json!({"outcome": "already_cancelled"}))),
+        _ => Err(ApiError::conflict(
+            "not_replying",
+            "no reply runs in this session",
+        )),
+    }
+}
+
+async fn cancel_call(
+    State(state): Shared,
+    Path((id, call_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let id = SessionId::new(id);
+    let live = loaded_or_404(&state, &id).await?;
+    match live.agent.handle().cancel_call(call_id.as_str()) {
+        CancelOutcome::Cancelled => Ok(Json(json!({"outcome": "cancelled"}))),
+        // A second cancel while the call winds down changes nothing, and says so (C2).
+        CancelOutcome::AlreadyCancelled if live.is_replying() => {
+            Ok(Json(json!({"outcome": "already_cancelled"})))
+        }
+        CancelOutcome::AlreadyCancelled => Err(ApiError::conflict(
+            "call_finished",
+            format!("the call {call_id:?} has ended (cancelled)"),
+        )),
+        CancelOutcome::AlreadyTimingOut => Ok(Json(json!({"outcome": "timing_out"}))),
+        CancelOutcome::AlreadyFinished(state) => Err(ApiError::conflict(
+            "call_finished",
+            format!(
+                "the call {call_id:?} has ended ({})",
+                state.map_or("finished", |s| s.name())
+            ),
+        )),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "call_not_found",
+            format!("no call {call_id:?} in this session's reply"),
+        )),
+    }
+}
+
+async fn decide(
+    State(state): Shared,
+    Path((id, call_id)): Path<(String, String)>,
+    payload: Result<Json<ApprovalDecision>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let decision = body(payload)?;
+    let id = SessionId::new(id);
+    let live = loaded_or_404(&state, &id).await?;
+    live.agent
+        .handle()
+        .decide(call_id.as_str(), decision)
+        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
+    Ok(Json(json!({"outcome": "decided"})))
+}
+
+/// A loaded session: one that is not loaded has no reply, so nothing to cancel or decide.
+async fn loaded_or_404(state: &AppState, id: &SessionId) -> Result<Arc<crate::state::LiveSession>, ApiError> {
+    if let Some(live) = state.loaded(id).await {
+        return Ok(live);
+    }
+    match state.store.session(id).await? {
+        Some(_) => Err(ApiError::conflict(
+            "not_replying",
+            "no reply runs in this session",
+        )),
+        None => Err(ApiError::no_session(id.as_str())),
+    }
+}

@@ -1,0 +1,141 @@
+//! The server's sessions: those loaded (an agent on a durable memory, its event log, its reply)
+//! and how one is loaded.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use agentry::ReActAgent;
+use agentry::agent::{ReActAgentBuilder, ReplyRun};
+use agentry::tool::Toolkit;
+use agentry_store::CallRecorder;
+use agentry_store::{PendingApprovals, SessionId, SessionMemory, SessionStore};
+use tokio::sync::Mutex;
+
+use crate::error::ApiError;
+use crate::events::EventLog;
+
+/// Starts the agent of a session: its model, tools, prompt and hooks. The server gives it the
+/// session's memory and `CallRecorder`, and restores its grants.
+pub type AgentFactory = Arc<dyn Fn() -> ReActAgentBuilder + Send + Sync>;
+
+/// A session loaded by the server: it holds the session's writer lease.
+pub struct LiveSession {
+    pub memory: Arc<SessionMemory>,
+    pub agent: ReActAgent,
+    pub events: Arc<EventLog>,
+    replying: Arc<AtomicBool>,
+}
+
+impl LiveSession {
+    /// Whether a reply runs.
+    pub fn is_replying(&self) -> bool {
+        self.replying.load(Ordering::SeqCst)
+    }
+
+    /// Drives `start`'s reply in the background, its events into the log; false (nothing
+    /// started) when a reply runs already.
+    pub fn start(&self, start: impl FnOnce(&ReActAgent) -> ReplyRun) -> bool {
+        if self
+            .replying
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        let mut run = start(&self.agent);
+        let events = Arc::clone(&self.events);
+        let replying = Arc::clone(&self.replying);
+        let memory = Arc::clone(&self.memory);
+        tokio::spawn(async move {
+            let mut usage = None;
+            while let Some(event) = run.next_event().await {
+                if let agentry::agent::AgentEvent::ReplyFinished {
+                    reply_id,
+                    usage: used,
+                    ..
+                } = &event
+                {
+                    usage = Some((reply_id.clone(), used.clone()));
+                }
+                events.push(&event);
+            }
+            if let Err(e) = run.finish().await {
+                tracing::warn!(session = %memory.session().name, error = %e, "a reply failed");
+            }
+            if let Some((reply_id, usage)) = usage
+                && let Err(e) = memory
+                    .store()
+                    .record_usage(memory.lease(), Some(&reply_id), &usage)
+                    .await
+            {
+                tracing::warn!(error = %e, "the reply's token use was not recorded");
+            }
+            replying.store(false, Ordering::SeqCst);
+        });
+        true
+    }
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub store: Arc<dyn SessionStore>,
+    factory: AgentFactory,
+    /// The tools an agent of this server has (for `GET /v1/tools`).
+    pub toolkit: Toolkit,
+    live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
+}
+
+impl AppState {
+    pub fn new(store: Arc<dyn SessionStore>, factory: AgentFactory, toolkit: Toolkit) -> Self {
+        AppState {
+            store,
+            factory,
+            toolkit,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The loaded session `id`, loading it first if needed. Loading takes the session's writer
+    /// lease, closes what a dead process left running (Y4), and asks again about calls that
+    /// were waiting for approval: their reply resumes at once.
+    pub async fn live(&self, id: &SessionId) -> Result<Arc<LiveSession>, ApiError> {
+        let mut live = self.live.lock().await;
+        if let Some(session) = live.get(id) {
+            return Ok(Arc::clone(session));
+        }
+        if self.store.session(id).await?.is_none() {
+            return Err(ApiError::no_session(id.as_str()));
+        }
+        let memory =
+            Arc::new(SessionMemory::open_with(Arc::clone(&self.store), id, PendingApprovals::Keep).await?);
+        let agent = (self.factory)()
+            .memory(Arc::clone(&memory))
+            .hook("session-calls", CallRecorder::new(Arc::clone(&memory)))
+            .build()
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        agentry_store::restore_grants(&agent, &memory).await?;
+        let waiting = !memory.recovery().pending_kept.is_empty();
+        let session = Arc::new(LiveSession {
+            memory,
+            agent,
+            events: Arc::new(EventLog::default()),
+            replying: Arc::new(AtomicBool::new(false)),
+        });
+        if waiting {
+            session.start(ReActAgent::start_resumed_reply);
+        }
+        live.insert(id.clone(), Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// The loaded session `id`, if it is loaded.
+    pub async fn loaded(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+        self.live.lock().await.get(id).cloned()
+    }
+
+    /// Unloads session `id` (its lease is given back once nothing uses it).
+    pub async fn unload(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+        self.live.lock().await.remove(id)
+    }
+}

@@ -1,0 +1,283 @@
+//! The HTTP API end to end: a real server on a SQLite file, the fake model server speaking the
+//! OpenAI wire format, and a client reading the server-sent events.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use agentry::tool::CANCELLED_RUNNING;
+use agentry_server::{Security, ServeError, Server};
+use agentry_testkit::{Call, FakeLlm, Gate, Reply};
+use common::{Harness, SseEvent};
+use serde_json::json;
+
+fn ids(events: &[SseEvent]) -> Vec<u64> {
+    events.iter().filter_map(|e| e.id).collect()
+}
+
+fn answer(events: &[SseEvent]) -> String {
+    events
+        .iter()
+        .rev()
+        .find(|e| {
+            e.agent_type() == "message" && e.data["last"] == true && e.data["msg"]["role"] == "assistant"
+        })
+        .and_then(|e| e.data["msg"]["content"][0]["text"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_streams_as_numbered_events_and_a_dropped_client_resumes_without_loss_or_duplicates() {
+    let server = Harness::start().await;
+    let id = server.session("talk").await;
+    server.fake.push(Reply::text("Hello there."));
+    server.fake.push(Reply::text("Second answer."));
+
+    let mut events = server.events(&id, None).await;
+    let (status, started) = server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "hi"}))
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let first = events.reply().await;
+    assert_eq!(answer(&first), "Hello there.");
+    let first_ids = ids(&first);
+    assert_eq!(first_ids, (1..=first_ids.len() as u64).collect::<Vec<_>>());
+    assert!(first.iter().all(|e| e.kind == "agent"));
+    events.close();
+
+    // The second reply runs while nobody listens; the client comes back with its last id.
+    let (status, _) = server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "more"}))
+        .await;
+    assert_eq!(status, 202);
+    let last = *first_ids.last().unwrap();
+    let mut resumed = server.events(&id, Some(last)).await;
+    let second = resumed.reply().await;
+    assert_eq!(answer(&second), "Second answer.");
+    assert_eq!(
+        ids(&second)[0],
+        last + 1,
+        "the first event after the last one seen, none twice"
+    );
+
+    // Two clients on one session see the same events.
+    server.fake.push(Reply::text("Third."));
+    let mut a = server.events(&id, Some(*ids(&second).last().unwrap())).await;
+    let mut b = server.events(&id, Some(*ids(&second).last().unwrap())).await;
+    server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "again"}))
+        .await;
+    let (seen_a, seen_b) = (a.reply().await, b.reply().await);
+    assert_eq!(ids(&seen_a), ids(&seen_b));
+    assert_eq!(answer(&seen_b), "Third.");
+
+    let (status, shown) = server.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(shown["messages"].as_array().unwrap().len(), 6);
+    server.fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_are_decided_and_running_calls_cancelled_over_http() {
+    let server = Harness::start().await;
+    let id = server.session("work").await;
+    server.fake.push(Reply::tool_calls([
+        Call::new("w", "write_note", r#"{"text": "hello"}"#),
+        Call::new("p", "pages", r#"{"text": "book"}"#),
+    ]));
+    server.fake.push(Reply::text("Noted, and stopped reading."));
+    let mut events = server.events(&id, None).await;
+    server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "go"}))
+        .await;
+    events
+        .until(|e| e.agent_type() == "approval_requested" && e.data["call_id"] == "w")
+        .await;
+    let (status, refused) = server
+        .post(
+            &format!("/v1/sessions/{id}/calls/p/decision"),
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!((status, &refused["error"]["code"]), (409, &json!("not_pending")));
+    let (status, _) = server
+        .post(
+            &format!("/v1/sessions/{id}/calls/w/decision"),
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    events
+        .until(|e| e.agent_type() == "tool_progress" && e.data["call_id"] == "p")
+        .await;
+    let (status, cancelled) = server
+        .post(&format!("/v1/sessions/{id}/calls/p/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{cancelled}");
+    let rest = events.reply().await;
+    let finished: Vec<_> = rest
+        .iter()
+        .filter(|e| e.agent_type() == "tool_finished")
+        .map(|e| (e.data["call_id"].clone(), e.data["state"]["state"].clone()))
+        .collect();
+    assert!(
+        finished.contains(&(json!("p"), json!("cancelled"))),
+        "{finished:?}"
+    );
+    assert_eq!(answer(&rest), "Noted, and stopped reading.");
+
+    // The model read the partial result; a cancel of the finished call changes nothing.
+    let told = server.fake.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["tool_call_id"] == "p")
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap();
+    assert_eq!(told, "read 1 page before the cancel");
+    assert_ne!(told, CANCELLED_RUNNING);
+    let (status, refused) = server
+        .post(&format!("/v1/sessions/{id}/calls/p/cancel"), json!({}))
+        .await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (409, &json!("call_finished")),
+        "{refused}"
+    );
+    server.fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_a_clear_4xx_and_change_nothing() {
+    let server = Harness::start().await;
+    let id = server.session("one").await;
+    for (path, body) in [
+        ("/v1/sessions/nope/messages", Some(r#"{"text": "hi"}"#)),
+        ("/v1/sessions/nope/cancel", Some("{}")),
+        ("/v1/sessions/nope/calls/c/cancel", Some("{}")),
+        (
+            "/v1/sessions/nope/calls/c/decision",
+            Some(r#"{"decision": "approve"}"#),
+        ),
+    ] {
+        let (status, error) = server.send(reqwest::Method::POST, path, body).await;
+        assert_eq!(
+            (status, &error["error"]["code"]),
+            (404, &json!("session_not_found")),
+            "{path}"
+        );
+    }
+    let (status, _) = server.get("/v1/sessions/nope").await;
+    assert_eq!(status, 404);
+    let (status, _) = server
+        .send(reqwest::Method::DELETE, "/v1/sessions/nope", None)
+        .await;
+    assert_eq!(status, 404);
+    for (path, body) in [
+        ("/v1/sessions", "{not json"),
+        ("/v1/sessions", r#"{"name": ""}"#),
+        ("/v1/sessions", r#"{"name": "x", "extra": 1}"#),
+        (&*format!("/v1/sessions/{id}/messages"), r#"{"text": 5}"#),
+        (&*format!("/v1/sessions/{id}/messages"), r#"{"text": "  "}"#),
+        (
+            &*format!("/v1/sessions/{id}/calls/c/decision"),
+            r#"{"decision": "maybe"}"#,
+        ),
+    ] {
+        let (status, error) = server.send(reqwest::Method::POST, path, Some(body)).await;
+        assert_eq!(status, 400, "{path} {body}: {error}");
+        assert!(error["error"]["message"].is_string());
+    }
+    let (status, error) = server.post("/v1/sessions", json!({"name": "one"})).await;
+    assert_eq!((status, &error["error"]["code"]), (409, &json!("name_taken")));
+
+    // A message while a reply runs.
+    let gate = Gate::new();
+    server
+        .fake
+        .push(Reply::text("slow answer").pause_after(0, gate.clone()));
+    let (status, _) = server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "first"}))
+        .await;
+    assert_eq!(status, 202);
+    let (status, error) = server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "second"}))
+        .await;
+    assert_eq!((status, &error["error"]["code"]), (409, &json!("reply_running")));
+    let (status, error) = server
+        .send(reqwest::Method::DELETE, &format!("/v1/sessions/{id}"), None)
+        .await;
+    assert_eq!((status, &error["error"]["code"]), (409, &json!("reply_running")));
+    gate.reached().await;
+    gate.open();
+    let mut events = server.events(&id, Some(0)).await;
+    events.reply().await;
+
+    let (status, shown) = server.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        shown["messages"].as_array().unwrap().len(),
+        2,
+        "only the first message and its answer"
+    );
+    assert_eq!(server.fake.request_count(), 1);
+    let (status, _) = server
+        .send(reqwest::Method::DELETE, &format!("/v1/sessions/{id}"), None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = server.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_required_off_loopback_and_checked_on_every_route() {
+    let store = std::sync::Arc::new(
+        agentry_store::SqliteStore::open(tempfile::tempdir().unwrap().path().join("s.db")).unwrap(),
+    );
+    let server = Server::new(
+        store,
+        common::toolkit(),
+        std::sync::Arc::new(agentry::ReActAgent::builder),
+    );
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let refused = server
+        .serve(listener, Security::Loopback, std::future::pending())
+        .await;
+    assert!(matches!(refused, Err(ServeError::NoToken(_))), "{refused:?}");
+
+    let guarded = Harness::start_with(
+        FakeLlm::start().await,
+        tempfile::tempdir().unwrap(),
+        Security::Token("s3cret-token".into()),
+    )
+    .await;
+    for path in ["/healthz", "/v1/sessions", "/v1/tools", "/v1/sessions/x/events"] {
+        let url = format!("{}{path}", guarded.base);
+        let none = guarded.client.get(&url).send().await.unwrap();
+        assert_eq!(none.status().as_u16(), 401, "{path}");
+        let wrong = guarded
+            .client
+            .get(&url)
+            .bearer_auth("s3cret-tokem")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status().as_u16(), 401, "{path}");
+    }
+    let right = guarded
+        .client
+        .get(format!("{}/v1/tools", guarded.base))
+        .bearer_auth("s3cret-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status().as_u16(), 200);
+    let tools: serde_json::Value = serde_json::from_str(&right.text().await.unwrap()).unwrap();
+    let names: Vec<_> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("write_note"), json!("pages")]);
+    assert_eq!(tools["tools"][0]["requires_approval"], true);
+}
