@@ -12,6 +12,7 @@ mod models;
 mod render;
 mod run;
 mod sanitize;
+mod serve;
 mod session;
 mod sessions;
 
@@ -69,6 +70,9 @@ enum Command {
     Model(models::ModelArgs),
     /// The conversations kept by `--session`: list, show, export, import, delete.
     Sessions(sessions::SessionsArgs),
+    /// Serve the agent over HTTP: sessions, replies with a live event stream, cancel and
+    /// approval (loopback only unless given a token).
+    Serve(serve::ServeArgs),
     /// Measure how well a model calls tools: run a set of prompts (eval/tool-calls.json) and
     /// score the calls made and the answers.
     Eval(eval::EvalArgs),
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
             Command::Model(args) => models::model(args).await,
             Command::Eval(args) => eval::eval(args).await,
             Command::Sessions(args) => sessions::sessions(args).await,
+            Command::Serve(args) => serve::serve(args).await,
         }
     });
     // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.

@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::builtin::register_builtin_tools;
-use crate::config::{ModelArgs, ProviderConfig, load_config_file, provider_config, tool_shim};
+use crate::config::{ConfigFile, ModelArgs, ProviderConfig, load_config_file, provider_config, tool_shim};
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
@@ -20,7 +20,7 @@ use crate::sessions::{StoreArgs, after_reply, open_session, resume_waiting_calls
 use agentry_store::{CallRecorder, PendingApprovals, SessionMemory};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
-const EXIT_CONFIG: u8 = 2;
+pub const EXIT_CONFIG: u8 = 2;
 /// Exit code after Ctrl-C (128 + SIGINT, as shells report it).
 pub const EXIT_INTERRUPTED: u8 = 130;
 /// Exit code after SIGTERM (128 + SIGTERM).
@@ -225,6 +225,56 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         }
         None => None,
     };
+    let Recipe {
+        builder,
+        mcp,
+        local,
+        toolkit: _,
+    } = recipe(args, file).await?;
+    let mut builder = builder();
+    if let Some(memory) = &session {
+        builder = builder
+            .memory(Arc::clone(memory))
+            .hook("session-calls", CallRecorder::new(Arc::clone(memory)));
+    }
+    match builder.build() {
+        Ok(agent) => {
+            // The "always" and "never" answers given earlier in this session (A14).
+            if let Some(memory) = &session
+                && let Err(e) = agentry_store::restore_grants(&agent, memory).await
+            {
+                mcp.close().await;
+                return Err(e.into());
+            }
+            Ok(Setup {
+                agent,
+                mcp,
+                local,
+                session,
+            })
+        }
+        Err(e) => {
+            mcp.close().await;
+            Err(e.into())
+        }
+    }
+}
+
+/// What makes an agent of the command's options: its builder (as often as needed: the server
+/// makes one agent per session), and what it shares.
+pub struct Recipe {
+    /// A builder with the model, tools, prompt and limits set; memory and hooks are the caller's.
+    pub builder: Box<dyn Fn() -> agentry::agent::ReActAgentBuilder + Send + Sync>,
+    /// The tools every agent of the recipe has.
+    pub toolkit: Toolkit,
+    /// The servers behind its MCP tools (close them when done).
+    pub mcp: McpServers,
+    /// The local model, if it runs one.
+    pub local: LocalFigures,
+}
+
+/// Loads the model, starts the MCP servers and registers the tools `args` name.
+pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe> {
     let (model, local) = build_model_with_figures(provider_config(&args.model, &file)?).await?;
     let workdir = args
         .workdir
@@ -246,42 +296,25 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         .clone()
         .or(file.system_prompt)
         .unwrap_or_else(|| default_system_prompt(&workdir, &mcp));
-    let mut builder = ReActAgent::builder();
-    if let Some(memory) = &session {
-        builder = builder
-            .memory(Arc::clone(memory))
-            .hook("session-calls", CallRecorder::new(Arc::clone(memory)));
-    }
-    let built = builder
-        .name("agentry")
-        .sys_prompt(system)
-        .model(model)
-        .toolkit(toolkit)
-        .max_iters(args.max_iters.or(file.max_iters).unwrap_or(10))
-        .parallel_tool_calls(args.parallel)
-        .tool_shim(shim)
-        .build();
-    match built {
-        Ok(agent) => {
-            // The "always" and "never" answers given earlier in this session (A14).
-            if let Some(memory) = &session
-                && let Err(e) = agentry_store::restore_grants(&agent, memory).await
-            {
-                mcp.close().await;
-                return Err(e.into());
-            }
-            Ok(Setup {
-                agent,
-                mcp,
-                local,
-                session,
-            })
-        }
-        Err(e) => {
-            mcp.close().await;
-            Err(e.into())
-        }
-    }
+    let max_iters = args.max_iters.or(file.max_iters).unwrap_or(10);
+    let parallel = args.parallel;
+    let tools = toolkit.clone();
+    let builder = move || {
+        ReActAgent::builder()
+            .name("agentry")
+            .sys_prompt(system.clone())
+            .model(Arc::clone(&model))
+            .toolkit(tools.clone())
+            .max_iters(max_iters)
+            .parallel_tool_calls(parallel)
+            .tool_shim(shim)
+    };
+    Ok(Recipe {
+        builder: Box::new(builder),
+        toolkit,
+        mcp,
+        local,
+    })
 }
 
 /// Builds the agent, or says what is wrong (exit code 2).

@@ -38,6 +38,8 @@ pub struct EventLog {
 struct Backlog {
     next_id: u64,
     kept: VecDeque<Numbered>,
+    /// No more events come (the server stops): streams end after what was pushed.
+    closed: bool,
 }
 
 impl Default for EventLog {
@@ -46,6 +48,7 @@ impl Default for EventLog {
             inner: Mutex::new(Backlog {
                 next_id: 1,
                 kept: VecDeque::new(),
+                closed: false,
             }),
             live: broadcast::channel(LIVE_BUFFER).0,
         }
@@ -86,6 +89,18 @@ impl EventLog {
         let _ = self.live.send(numbered);
     }
 
+    /// Ends every stream once it has sent what was pushed so far; later streams send what is
+    /// kept and end.
+    pub fn close(&self) {
+        let mut backlog = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        backlog.closed = true;
+        // Id 0 is never an event's: it marks the end.
+        let _ = self.live.send(Numbered {
+            id: 0,
+            json: Arc::from(""),
+        });
+    }
+
     /// The id of the last event (0 before any).
     pub fn last_id(&self) -> u64 {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).next_id - 1
@@ -96,7 +111,7 @@ impl EventLog {
         &self,
         after: u64,
     ) -> Result<impl Stream<Item = Result<Event, Infallible>> + Send + 'static, ResumeError> {
-        let (kept, live) = {
+        let (kept, live, closed) = {
             let backlog = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             let last = backlog.next_id - 1;
             let oldest = backlog.kept.front().map_or(backlog.next_id, |e| e.id);
@@ -107,13 +122,14 @@ impl EventLog {
                 return Err(ResumeError::TooOld { oldest });
             }
             let kept: Vec<Numbered> = backlog.kept.iter().filter(|e| e.id > after).cloned().collect();
-            (kept, self.live.subscribe())
+            (kept, self.live.subscribe(), backlog.closed)
         };
         let state = Delivery {
             kept: kept.into_iter(),
             live,
             sent: after,
             ended: false,
+            closed,
         };
         Ok(futures::stream::unfold(state, |mut state| async move {
             if state.ended {
@@ -121,9 +137,11 @@ impl EventLog {
             }
             let next = match state.kept.next() {
                 Some(event) => Ok(event),
+                None if state.closed => return None,
                 None => state.live.recv().await,
             };
             match next {
+                Ok(event) if event.id == 0 => None,
                 Ok(event) => {
                     state.sent = event.id;
                     let sse = Event::default()
@@ -150,4 +168,59 @@ struct Delivery {
     /// The id of the last event sent.
     sent: u64,
     ended: bool,
+    /// The log was closed when the stream started: it ends after the kept events.
+    closed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn event(n: u64) -> AgentEvent {
+        AgentEvent::ApprovalWithdrawn {
+            reply_id: "r".into(),
+            call_id: format!("c{n}").into(),
+        }
+    }
+
+    /// The ids and kinds a stream gives, rendered as the SSE wire text.
+    async fn wire(stream: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> String {
+        use axum::response::IntoResponse;
+        let body = axum::response::sse::Sse::new(stream).into_response().into_body();
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stream_resumes_after_an_id_and_ends_when_the_log_closes() {
+        let log = EventLog::default();
+        for n in 1..=3 {
+            log.push(&event(n));
+        }
+        let stream = log.stream_after(1).unwrap();
+        log.push(&event(4));
+        log.close();
+        let text = wire(stream).await;
+        let ids: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("id: ")).collect();
+        assert_eq!(ids, ["2", "3", "4"]);
+        assert_eq!(log.stream_after(9).err(), Some(ResumeError::Unknown { last: 4 }));
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_told_to_resume_and_never_holds_the_log_up() {
+        let log = EventLog::default();
+        let mut slow = Box::pin(log.stream_after(0).unwrap());
+        for n in 0..(LIVE_BUFFER as u64 + 10) {
+            log.push(&event(n));
+        }
+        let first = slow.next().await;
+        let text = wire(futures::stream::iter(first)).await;
+        assert!(
+            text.starts_with("event: resume\ndata: {\"reason\":\"too_slow\",\"last_event_id\":0}"),
+            "{text}"
+        );
+        assert!(slow.next().await.is_none(), "its stream ends");
+        assert_eq!(log.last_id(), LIVE_BUFFER as u64 + 10, "nothing was held up");
+    }
 }

@@ -49,6 +49,10 @@ pub use state::AgentFactory;
 
 use state::AppState;
 
+/// How long running replies may take to wind down when the server stops (their tools'
+/// `on_cancel`, the grace period of a cancel).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Who may call the server.
 #[derive(Clone)]
 pub enum Security {
@@ -120,7 +124,9 @@ impl Server {
     }
 
     /// Serves on `listener` until `shutdown` resolves. Refuses a non-loopback address without
-    /// a token.
+    /// a token. On shutdown, new requests are refused, event streams end, and running replies
+    /// are cancelled with the reply reason and waited for (up to 10 s) so that what they did is
+    /// committed.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -134,8 +140,12 @@ impl Server {
             _ => {}
         }
         let app = self.router(security);
+        let state = Arc::clone(&self.state);
         axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                state.stop(STOP_GRACE).await;
+            })
             .await?;
         Ok(())
     }

@@ -162,6 +162,9 @@ async fn send_message(
     if message.text.trim().is_empty() {
         return Err(ApiError::bad_request("empty_message", "the message has no text"));
     }
+    if state.stopping.is_cancelled() {
+        return Err(stopping());
+    }
     let live = state.live(&SessionId::new(id)).await?;
     let after = live.events.last_id();
     let text = message.text;
@@ -189,6 +192,9 @@ async fn events(
                 ApiError::bad_request("bad_last_event_id", "Last-Event-ID is an event id (a number)")
             })?,
     };
+    if state.stopping.is_cancelled() {
+        return Err(stopping());
+    }
     let live = state.live(&SessionId::new(id)).await?;
     let stream = live.events.stream_after(after).map_err(|e| match e {
         ResumeError::TooOld { oldest } => ApiError::conflict(
@@ -263,6 +269,14 @@ async fn decide(
         .decide(call_id.as_str(), decision)
         .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
     Ok(Json(json!({"outcome": "decided"})))
+}
+
+fn stopping() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "stopping",
+        "the server is stopping",
+    )
 }
 
 /// A loaded session: one that is not loaded has no reply, so nothing to cancel or decide.

@@ -25,9 +25,22 @@ pub struct LiveSession {
     pub agent: ReActAgent,
     pub events: Arc<EventLog>,
     replying: Arc<AtomicBool>,
+    /// Told when a reply ends.
+    reply_ended: Arc<tokio::sync::Notify>,
 }
 
 impl LiveSession {
+    /// Resolves once no reply runs.
+    pub async fn reply_done(&self) {
+        loop {
+            let ended = self.reply_ended.notified();
+            if !self.is_replying() {
+                return;
+            }
+            ended.await;
+        }
+    }
+
     /// Whether a reply runs.
     pub fn is_replying(&self) -> bool {
         self.replying.load(Ordering::SeqCst)
@@ -46,32 +59,34 @@ impl LiveSession {
         let mut run = start(&self.agent);
         let events = Arc::clone(&self.events);
         let replying = Arc::clone(&self.replying);
+        let ended = Arc::clone(&self.reply_ended);
         let memory = Arc::clone(&self.memory);
         tokio::spawn(async move {
-            let mut usage = None;
+            let mut finished = false;
             while let Some(event) = run.next_event().await {
-                if let agentry::agent::AgentEvent::ReplyFinished {
-                    reply_id,
-                    usage: used,
-                    ..
-                } = &event
-                {
-                    usage = Some((reply_id.clone(), used.clone()));
+                if let agentry::agent::AgentEvent::ReplyFinished { reply_id, usage, .. } = &event {
+                    // The ledger first, then the session is free, then it is announced: a
+                    // client that sees `reply_finished` may start the next reply at once.
+                    if let Err(e) = memory
+                        .store()
+                        .record_usage(memory.lease(), Some(reply_id), usage)
+                        .await
+                    {
+                        tracing::warn!(error = %e, "the reply's token use was not recorded");
+                    }
+                    replying.store(false, Ordering::SeqCst);
+                    ended.notify_waiters();
+                    finished = true;
                 }
                 events.push(&event);
             }
             if let Err(e) = run.finish().await {
                 tracing::warn!(session = %memory.session().name, error = %e, "a reply failed");
             }
-            if let Some((reply_id, usage)) = usage
-                && let Err(e) = memory
-                    .store()
-                    .record_usage(memory.lease(), Some(&reply_id), &usage)
-                    .await
-            {
-                tracing::warn!(error = %e, "the reply's token use was not recorded");
+            if !finished {
+                replying.store(false, Ordering::SeqCst);
+                ended.notify_waiters();
             }
-            replying.store(false, Ordering::SeqCst);
         });
         true
     }
@@ -84,6 +99,8 @@ pub struct AppState {
     /// The tools an agent of this server has (for `GET /v1/tools`).
     pub toolkit: Toolkit,
     live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
+    /// Cancelled when the server stops: new replies and streams are refused.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -93,6 +110,7 @@ impl AppState {
             factory,
             toolkit,
             live: Mutex::new(HashMap::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -121,6 +139,7 @@ impl AppState {
             agent,
             events: Arc::new(EventLog::default()),
             replying: Arc::new(AtomicBool::new(false)),
+            reply_ended: Arc::new(tokio::sync::Notify::new()),
         });
         if waiting {
             session.start(ReActAgent::start_resumed_reply);
@@ -132,6 +151,28 @@ impl AppState {
     /// The loaded session `id`, if it is loaded.
     pub async fn loaded(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
         self.live.lock().await.get(id).cloned()
+    }
+
+    /// The server stops: new streams are refused, open ones end, and each running reply is
+    /// cancelled (its tools told, as a user's cancel does) and waited for, so that everything
+    /// it did is committed. Waits at most `grace` for the replies.
+    pub async fn stop(&self, grace: std::time::Duration) {
+        self.stopping.cancel();
+        let sessions: Vec<Arc<LiveSession>> = self.live.lock().await.values().cloned().collect();
+        for session in &sessions {
+            let _ = session.agent.handle().cancel_reply();
+        }
+        let all_done = async {
+            for session in &sessions {
+                session.reply_done().await;
+            }
+        };
+        if tokio::time::timeout(grace, all_done).await.is_err() {
+            tracing::warn!("a reply did not end within the grace period");
+        }
+        for session in &sessions {
+            session.events.close();
+        }
     }
 
     /// Unloads session `id` (its lease is given back once nothing uses it).

@@ -281,3 +281,42 @@ async fn a_token_is_required_off_loopback_and_checked_on_every_route() {
     assert_eq!(names, [json!("write_note"), json!("pages")]);
     assert_eq!(tools["tools"][0]["requires_approval"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_cancels_the_running_reply_and_commits_it_and_the_next_server_shows_it() {
+    let server = Harness::start().await;
+    let id = server.session("long").await;
+    server.fake.push(Reply::tool_calls([Call::new(
+        "p",
+        "pages",
+        r#"{"text": "book"}"#,
+    )]));
+    let mut events = server.events(&id, None).await;
+    server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "read"}))
+        .await;
+    events.until(|e| e.agent_type() == "tool_progress").await;
+    let (fake, dir) = server.stop().await;
+    // The stream saw the reply end before it closed.
+    let rest = events.until(|e| e.agent_type() == "reply_finished").await;
+    assert_eq!(
+        rest.last().unwrap().data["stop_reason"]["reason"],
+        "cancelled",
+        "{:?}",
+        rest.last()
+    );
+    assert_eq!(fake.request_count(), 1, "no model request after the stop");
+
+    let again = Harness::start_with(fake, dir, Security::Loopback).await;
+    let (status, shown) = again.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, 200);
+    let messages = shown["messages"].as_array().unwrap();
+    let result = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result")
+        .unwrap();
+    assert_eq!(result["output"][0]["text"], "read 1 page before the cancel");
+    assert_eq!(shown["calls"][0]["status"]["outcome"]["state"], "cancelled");
+    again.fake.assert_no_violations();
+}

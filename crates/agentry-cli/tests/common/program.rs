@@ -95,6 +95,11 @@ impl Program {
         );
     }
 
+    /// stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr.text.borrow().clone()
+    }
+
     /// Waits until stderr shows `what`.
     pub async fn stderr_has(&self, what: &str) {
         self.wait_for(&self.stderr, what).await;

@@ -110,7 +110,11 @@ impl Harness {
         Harness {
             base,
             fake,
-            client: reqwest::Client::new(),
+            client: {
+                // reqwest is built without a default TLS crypto provider.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::new()
+            },
             dir,
             stop: Some(stop),
             served: Some(served),

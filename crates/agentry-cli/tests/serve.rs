@@ -1,0 +1,145 @@
+//! `agentry serve` from the built binary: a reply over HTTP with its events, a stop by SIGTERM
+//! that cancels and saves the running reply, and the refusals of an unsafe address.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use agentry_testkit::{FakeLlm, Reply};
+use common::program::Program;
+use common::{agentry, run_args, text};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+fn serve_args(fake: &FakeLlm, home: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let db = home.join("s.db").display().to_string();
+    let mut args = run_args(&fake.base_url(), home, &["--no-mcp", "--db", &db], "");
+    args.pop();
+    args[0] = "serve".into();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// An HTTP client (reqwest is built without a default TLS crypto provider).
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        serde_json::from_str(&response.text().await.unwrap()).unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_over_http_and_stops_cleanly_on_sigterm() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Hello from the server."));
+    let server = Program::start(&serve_args(&fake, home, &["--addr", "127.0.0.1:0"]), home);
+    server.stderr_has("listening on http://").await;
+    server.stderr_has(" (Ctrl-C").await;
+    let said = server.stderr_so_far();
+    let base = said
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let client = client();
+    let (status, created) = post(&client, format!("{base}/v1/sessions"), json!({"name": "web"})).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let events = client
+        .get(format!("{base}/v1/sessions/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    let (status, _) = post(
+        &client,
+        format!("{base}/v1/sessions/{id}/messages"),
+        json!({"text": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let mut body = events.bytes_stream();
+    let mut seen = String::new();
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while !seen.contains("\"type\":\"reply_finished\"") {
+            let chunk = body.next().await.unwrap().unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap();
+    assert!(seen.contains("Hello from the server."), "{seen}");
+    assert!(seen.contains("id: 1\n"), "{seen}");
+
+    server.terminate();
+    let (status, _, err) = server.finish().await;
+    assert!(status.success(), "{err}");
+    assert!(err.contains("stopping"), "{err}");
+    // The session is in the database, for `agentry sessions` as for the next server.
+    let shown = agentry(
+        vec![
+            "sessions".into(),
+            "show".into(),
+            "web".into(),
+            "--json".into(),
+            "--db".into(),
+            home.join("s.db").display().to_string(),
+        ],
+        home,
+    )
+    .await;
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["messages"].as_array().unwrap().len(), 2);
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_public_address_without_a_token_and_an_empty_token() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    let out = agentry(serve_args(&fake, home, &["--addr", "0.0.0.0:0"]), home).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a loopback address") && text(&out.stderr).contains("--token-file"),
+        "{}",
+        text(&out.stderr)
+    );
+    let token = home.join("token");
+    std::fs::write(&token, "  \n").unwrap();
+    let out = agentry(
+        serve_args(
+            &fake,
+            home,
+            &[
+                "--addr",
+                "0.0.0.0:0",
+                "--token-file",
+                &token.display().to_string(),
+            ],
+        ),
+        home,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("the token is empty"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fake.request_count(), 0);
+}
