@@ -8,7 +8,7 @@
 //! lease from its first message or event stream until it stops.
 //!
 //! Binding anything but loopback requires a bearer token, checked in constant time on every
-//! route ([`Security`]).
+//! API route ([`Security`]). The web page at `/` (static files, no data) asks for it.
 //!
 //! ```no_run
 //! # async fn demo(model: std::sync::Arc<dyn agentry::model::ChatModel>) -> Result<(), Box<dyn std::error::Error>> {
@@ -28,6 +28,7 @@
 
 mod error;
 mod events;
+mod page;
 mod routes;
 mod state;
 
@@ -100,8 +101,13 @@ impl Server {
         }
     }
 
-    /// The routes, behind `security`.
+    /// The API behind `security`, and the web page at `/`.
     pub fn router(&self, security: Security) -> Router {
+        let api = self.api(security);
+        page::routes().merge(api)
+    }
+
+    fn api(&self, security: Security) -> Router {
         let router = routes::routes().with_state(Arc::clone(&self.state));
         match security {
             Security::Loopback => router,

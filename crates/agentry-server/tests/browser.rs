@@ -1,0 +1,96 @@
+//! The web page in headless Chromium (driven by playwright-core, see tests/browser/page.mjs)
+//! against the server and the fake model: a streamed reply whose markup stays text, one call
+//! approved and one declined with a reason, a slow call cancelled with its partial results shown,
+//! and the same history after a reload. Screenshots go to target/browser-shots.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentry_testkit::peers::{npm_package, peers_dir};
+use agentry_testkit::{Call, Reply};
+use common::Harness;
+
+/// The Chromium binary (Debian's `chromium` package; `CHROMIUM` overrides).
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/chromium/chromium"));
+    assert!(
+        path.exists(),
+        "Chromium is not installed at {}: run scripts/install-test-peers (apt-get install chromium)",
+        path.display()
+    );
+    path
+}
+
+fn tool_result(fake: &agentry_testkit::FakeLlm, n: usize, call_id: &str) -> String {
+    fake.requests()[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no result of {call_id} in request {n}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history() {
+    let chromium = chromium();
+    let playwright = npm_package("playwright-core");
+    let _ = peers_dir();
+    let server = Harness::start().await;
+    let fake = &server.fake;
+    fake.push(
+        Reply::text(
+            "Hello <script>window.__agentryInjected()</script> and <img src=x onerror=\"window.__agentryInjected()\">",
+        )
+        .chunks(5),
+    );
+    fake.push(Reply::tool_calls([
+        Call::new("w1", "write_note", r#"{"text": "first"}"#),
+        Call::new("w2", "write_note", r#"{"text": "second"}"#),
+    ]));
+    fake.push(Reply::text("One written, one declined."));
+    fake.push(Reply::tool_calls([Call::new(
+        "p1",
+        "pages",
+        r#"{"text": "book"}"#,
+    )]));
+    fake.push(Reply::text("Stopped reading."));
+
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/browser-shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/page.mjs");
+    let node = tokio::process::Command::new("node")
+        .arg(&script)
+        .env("AGENTRY_URL", &server.base)
+        .env("PLAYWRIGHT_CORE", &playwright)
+        .env("CHROMIUM", &chromium)
+        .env("SHOTS", &shots)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), node)
+        .await
+        .expect("the browser script did not finish within 120 s")
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("ok"), "{said}");
+
+    assert_eq!(tool_result(fake, 2, "w1"), "noted");
+    assert!(
+        tool_result(fake, 2, "w2").contains("not this one"),
+        "the model read the reason: {}",
+        tool_result(fake, 2, "w2")
+    );
+    assert_eq!(tool_result(fake, 4, "p1"), "read 1 page before the cancel");
+    assert!(shots.join("mid-cancel.png").exists());
+    fake.assert_no_violations();
+}
