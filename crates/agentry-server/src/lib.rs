@@ -28,6 +28,7 @@
 
 mod error;
 mod events;
+mod openapi;
 mod page;
 mod routes;
 mod state;
@@ -46,6 +47,7 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 pub use error::ApiError;
+pub use openapi::ApiDoc;
 pub use state::AgentFactory;
 
 use state::AppState;

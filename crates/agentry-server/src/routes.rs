@@ -13,11 +13,14 @@ use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::events::ResumeError;
+use crate::openapi::{
+    ApiDoc, DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, ReplyStarted, SessionDetail,
+    SessionList, SessionSummary, ToolList,
+};
 use crate::state::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -25,7 +28,8 @@ type Shared = State<Arc<AppState>>;
 /// The API's routes, without authentication (see [`crate::router`]).
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/healthz", get(health))
+        .route("/openapi.json", get(openapi))
         .route("/v1/tools", get(tools))
         .route("/v1/sessions", get(list_sessions).post(create_session))
         .route("/v1/sessions/{id}", get(show_session).delete(delete_session))
@@ -34,6 +38,17 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/sessions/{id}/cancel", post(cancel_reply))
         .route("/v1/sessions/{id}/calls/{call_id}/cancel", post(cancel_call))
         .route("/v1/sessions/{id}/calls/{call_id}/decision", post(decide))
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health), (status = 401, body = ErrorBody)))]
+pub async fn health() -> Json<Health> {
+    Json(Health { status: "ok".into() })
+}
+
+/// This document.
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(<ApiDoc as utoipa::OpenApi>::openapi())
 }
 
 /// A JSON body, or a 400 saying what is wrong with it.
@@ -54,7 +69,9 @@ fn session_json(info: &SessionInfo, replying: bool) -> Value {
     })
 }
 
-async fn tools(State(state): Shared) -> Json<Value> {
+/// The tools an agent of this server has.
+#[utoipa::path(get, path = "/v1/tools", responses((status = 200, body = ToolList), (status = 401, body = ErrorBody)))]
+pub async fn tools(State(state): Shared) -> Json<Value> {
     let toolkit = &state.toolkit;
     let tools: Vec<Value> = toolkit
         .json_schemas()
@@ -71,7 +88,9 @@ async fn tools(State(state): Shared) -> Json<Value> {
     Json(json!({ "tools": tools }))
 }
 
-async fn list_sessions(State(state): Shared) -> Result<Json<Value>, ApiError> {
+/// The sessions, most recently used first.
+#[utoipa::path(get, path = "/v1/sessions", responses((status = 200, body = SessionList), (status = 401, body = ErrorBody)))]
+pub async fn list_sessions(State(state): Shared) -> Result<Json<Value>, ApiError> {
     let mut sessions = Vec::new();
     for info in state.store.sessions().await? {
         let replying = state.loaded(&info.id).await.is_some_and(|s| s.is_replying());
@@ -80,13 +99,10 @@ async fn list_sessions(State(state): Shared) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({ "sessions": sessions })))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewSession {
-    name: String,
-}
-
-async fn create_session(
+/// Creates a session.
+#[utoipa::path(post, path = "/v1/sessions", request_body = NewSession,
+    responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn create_session(
     State(state): Shared,
     payload: Result<Json<NewSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -105,7 +121,10 @@ async fn create_session(
     Ok((StatusCode::CREATED, Json(session_json(&info, false))).into_response())
 }
 
-async fn show_session(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// A session with its messages, calls and pending approvals.
+#[utoipa::path(get, path = "/v1/sessions/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = SessionDetail), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn show_session(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = SessionId::new(id);
     let Some(info) = state.store.session(&id).await? else {
         return Err(ApiError::no_session(id.as_str()));
@@ -128,7 +147,10 @@ async fn show_session(State(state): Shared, Path(id): Path<String>) -> Result<Js
     Ok(Json(shown))
 }
 
-async fn delete_session(State(state): Shared, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+/// Deletes a session (not while a reply runs).
+#[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn delete_session(State(state): Shared, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     let id = SessionId::new(id);
     if let Some(live) = state.loaded(&id).await {
         if live.is_replying() {
@@ -147,13 +169,10 @@ async fn delete_session(State(state): Shared, Path(id): Path<String>) -> Result<
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewMessage {
-    text: String,
-}
-
-async fn send_message(
+/// Starts a reply to a user message; its events come on the event stream.
+#[utoipa::path(post, path = "/v1/sessions/{id}/messages", params(("id" = String, Path)), request_body = NewMessage,
+    responses((status = 202, body = ReplyStarted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn send_message(
     State(state): Shared,
     Path(id): Path<String>,
     payload: Result<Json<NewMessage>, JsonRejection>,
@@ -177,7 +196,13 @@ async fn send_message(
     Ok((StatusCode::ACCEPTED, Json(json!({ "events_after": after }))).into_response())
 }
 
-async fn events(
+/// The session's events (server-sent events): every `AgentEvent` as JSON in an event `agent`
+/// with its id; `Last-Event-ID` resumes after that id. A client that falls behind gets an event
+/// `resume` with its last id, and the stream ends.
+#[utoipa::path(get, path = "/v1/sessions/{id}/events",
+    params(("id" = String, Path), ("Last-Event-ID" = Option<u64>, Header, description = "resume after this event")),
+    responses((status = 200, content_type = "text/event-stream", body = String), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn events(
     State(state): Shared,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -211,7 +236,10 @@ async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
 }
 
-async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// Cancels the running reply.
+#[utoipa::path(post, path = "/v1/sessions/{id}/cancel", params(("id" = String, Path)),
+    responses((status = 200, body = Outcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = SessionId::new(id);
     let live = loaded_or_404(&state, &id).await?;
     match live.agent.handle().cancel_reply() {
@@ -224,7 +252,10 @@ async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Result<Js
     }
 }
 
-async fn cancel_call(
+/// Cancels a running tool call: its `on_cancel` result goes to the model and the reply goes on.
+#[utoipa::path(post, path = "/v1/sessions/{id}/calls/{call_id}/cancel", params(("id" = String, Path), ("call_id" = String, Path)),
+    responses((status = 200, body = Outcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn cancel_call(
     State(state): Shared,
     Path((id, call_id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
@@ -256,7 +287,10 @@ async fn cancel_call(
     }
 }
 
-async fn decide(
+/// Answers a call's approval question.
+#[utoipa::path(post, path = "/v1/sessions/{id}/calls/{call_id}/decision", params(("id" = String, Path), ("call_id" = String, Path)), request_body = DecisionBody,
+    responses((status = 200, body = Outcome), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn decide(
     State(state): Shared,
     Path((id, call_id)): Path<(String, String)>,
     payload: Result<Json<ApprovalDecision>, JsonRejection>,

@@ -320,3 +320,26 @@ async fn stopping_cancels_the_running_reply_and_commits_it_and_the_next_server_s
     assert_eq!(shown["calls"][0]["status"]["outcome"]["state"], "cancelled");
     again.fake.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_lists_every_route() {
+    let server = Harness::start().await;
+    let (status, doc) = server.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+    for path in [
+        "/healthz",
+        "/v1/tools",
+        "/v1/sessions",
+        "/v1/sessions/{id}",
+        "/v1/sessions/{id}/messages",
+        "/v1/sessions/{id}/events",
+        "/v1/sessions/{id}/cancel",
+        "/v1/sessions/{id}/calls/{call_id}/cancel",
+        "/v1/sessions/{id}/calls/{call_id}/decision",
+    ] {
+        assert!(paths.iter().any(|p| *p == path), "{path} in {paths:?}");
+    }
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+}

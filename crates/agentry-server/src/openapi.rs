@@ -1,0 +1,169 @@
+//! The OpenAPI document (`GET /openapi.json`), generated from the routes' annotations and the
+//! types below.
+
+use serde::{Deserialize, Serialize};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// `POST /v1/sessions`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewSession {
+    /// A name, unique in the store: a line of text, not only spaces, without control
+    /// characters.
+    #[schema(
+        min_length = 1,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
+    pub name: String,
+}
+
+/// `POST /v1/sessions/{id}/messages`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewMessage {
+    /// What the user says: not only spaces.
+    #[schema(min_length = 1, pattern = r"\S")]
+    pub text: String,
+}
+
+/// A session as listed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionSummary {
+    pub id: String,
+    pub name: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+    pub message_count: u64,
+    /// Whether a reply runs now.
+    pub replying: bool,
+}
+
+/// `GET /v1/sessions`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<SessionSummary>,
+}
+
+/// `GET /v1/sessions/{id}`: the summary's fields and the session's content.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionDetail {
+    pub id: String,
+    pub name: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub message_count: u64,
+    pub replying: bool,
+    /// The messages, in order (the protocol's `Msg`).
+    #[schema(value_type = Vec<Object>)]
+    pub messages: Vec<serde_json::Value>,
+    /// A record per tool call (state, decision, times).
+    #[schema(value_type = Vec<Object>)]
+    pub calls: Vec<serde_json::Value>,
+    /// Calls waiting for a decision, with the question.
+    #[schema(value_type = Vec<Object>)]
+    pub pending_approvals: Vec<serde_json::Value>,
+    /// The id of the session's last event (0 before any): stream events after it.
+    pub last_event_id: u64,
+}
+
+/// `POST /v1/sessions/{id}/messages`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplyStarted {
+    /// The reply's events come after this event id.
+    pub events_after: u64,
+}
+
+/// The answer to a cancel or a decision.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Outcome {
+    /// `cancelled`, `already_cancelled`, `timing_out` or `decided`.
+    pub outcome: String,
+}
+
+/// A tool as the model sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolInfo {
+    pub name: String,
+    pub description: String,
+    /// Its arguments' JSON schema.
+    #[schema(value_type = Object)]
+    pub parameters: serde_json::Value,
+    pub requires_approval: bool,
+}
+
+/// `GET /v1/tools`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolList {
+    pub tools: Vec<ToolInfo>,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+}
+
+/// What every error answer holds.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable: `session_not_found`, `reply_running`, `not_pending`, `bad_body`, ...
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
+/// An error answer (4xx, 5xx); nothing was changed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// An approval decision: `{"decision": "approve"}`, `{"decision": "decline", "reason": "..."}`.
+/// It describes the body; the core's `ApprovalDecision` reads it.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct DecisionBody {
+    /// `approve`, `approve_for_session`, `decline`, `decline_for_session` or `decline_and_stop`.
+    #[schema(pattern = "^(approve|approve_for_session|decline|decline_for_session|decline_and_stop)$")]
+    pub decision: String,
+    /// For a decline: what the model reads.
+    pub reason: Option<String>,
+}
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The document.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Agentry", description = "Sessions, replies with a live event stream, cancel and approval over HTTP. A bearer token is required when the server is not on loopback."),
+    paths(
+        crate::routes::health,
+        crate::routes::tools,
+        crate::routes::list_sessions,
+        crate::routes::create_session,
+        crate::routes::show_session,
+        crate::routes::delete_session,
+        crate::routes::send_message,
+        crate::routes::events,
+        crate::routes::cancel_reply,
+        crate::routes::cancel_call,
+        crate::routes::decide,
+    ),
+    modifiers(&BearerAuth),
+    security((), ("bearer" = []))
+)]
+pub struct ApiDoc;
