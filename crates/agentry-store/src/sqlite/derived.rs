@@ -139,7 +139,7 @@ pub(super) fn apply(
                     ])
                 })
                 .map_err(|e| ctx.err(e))?;
-                super::ops::forget_approval(tx, ctx, id, &call.call_id)?;
+                super::calls::forget_approval(tx, ctx, id, &call.call_id)?;
             }
         }
     }

@@ -13,6 +13,7 @@
 //! # });
 //! ```
 
+mod calls;
 #[cfg(feature = "crash-points")]
 mod crash;
 mod derived;
@@ -384,20 +385,20 @@ impl SessionStore for SqliteStore {
     async fn record_call(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError> {
         let id = self.leased(lease)?;
         let call = rows::EncodedCall::new(call)?;
-        self.run(move |conn, ctx| ops::record_call(conn, ctx, &id, &call))
+        self.run(move |conn, ctx| calls::record_call(conn, ctx, &id, &call))
             .await
     }
 
     async fn call_started(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError> {
         let id = self.leased(lease)?;
         let call = rows::EncodedCall::new(call)?;
-        self.run(move |conn, ctx| ops::call_started(conn, ctx, &id, &call))
+        self.run(move |conn, ctx| calls::call_started(conn, ctx, &id, &call))
             .await
     }
 
     async fn calls(&self, id: &SessionId) -> Result<Vec<CallRecord>, StoreError> {
         let id = id.clone();
-        self.run(move |conn, ctx| ops::calls(conn, ctx, &id)).await
+        self.run(move |conn, ctx| calls::calls(conn, ctx, &id)).await
     }
 
     async fn request_approval(
@@ -410,7 +411,7 @@ impl SessionStore for SqliteStore {
         let call_id = call_id.clone();
         let request =
             serde_json::to_string(request).map_err(|e| StoreError::encode("approval request", e))?;
-        self.run(move |conn, ctx| ops::request_approval(conn, ctx, &id, &call_id, &request))
+        self.run(move |conn, ctx| calls::request_approval(conn, ctx, &id, &call_id, &request))
             .await
     }
 
@@ -424,13 +425,13 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let call_id = call_id.clone();
         let decision = decision.clone();
-        self.run(move |conn, ctx| ops::resolve_approval(conn, ctx, &id, &call_id, decision, source))
+        self.run(move |conn, ctx| calls::resolve_approval(conn, ctx, &id, &call_id, decision, source))
             .await
     }
 
     async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError> {
         let id = id.clone();
-        self.run(move |conn, ctx| ops::pending_approvals(conn, ctx, &id))
+        self.run(move |conn, ctx| calls::pending_approvals(conn, ctx, &id))
             .await
     }
 
