@@ -1,14 +1,16 @@
 //! [`SessionMemory`]: an agent's [`Memory`] kept in one session of a [`SessionStore`].
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, PoisonError};
 
 use agentry::memory::{Memory, MemoryError};
 use agentry::message::Msg;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::{Lease, PendingApprovals, Recovery, SessionId, SessionInfo, SessionStore, StoreError};
+use crate::{
+    CallRecord, Lease, PendingApprovals, Recovery, SessionId, SessionInfo, SessionStore, StoreError,
+};
 
 /// The messages as committed, in order, for reads without a round trip to the store.
 #[derive(Debug, Default)]
@@ -42,6 +44,12 @@ impl Mirror {
 ///
 /// Opening it runs recovery (spec Y4): calls left unfinished by a process that stopped are
 /// closed as interrupted before the agent sees the conversation.
+///
+/// A call's start (reported by a [`CallRecorder`](crate::CallRecorder)) is kept here and
+/// written with the call's result, in the same transaction, rather than committed on its own:
+/// the model's message registered the call as running already, which is what recovery needs
+/// (a call without a result is closed as "may have partly run"). Until the result, the stored
+/// record lacks the start's time, reply and rewritten arguments.
 pub struct SessionMemory {
     store: Arc<dyn SessionStore>,
     lease: Lease,
@@ -49,6 +57,8 @@ pub struct SessionMemory {
     recovery: Recovery,
     // Held across the store write, so the store and the copy see changes in the same order.
     mirror: tokio::sync::Mutex<Mirror>,
+    // Starts not written yet, by call id. Never held across an await.
+    starts: std::sync::Mutex<HashMap<String, CallRecord>>,
 }
 
 impl std::fmt::Debug for SessionMemory {
@@ -86,6 +96,7 @@ impl SessionMemory {
             info,
             recovery: recovered.report,
             mirror: tokio::sync::Mutex::new(Mirror::new(recovered.messages)),
+            starts: std::sync::Mutex::default(),
         })
     }
 
@@ -141,6 +152,51 @@ impl SessionMemory {
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
+
+    /// Keeps the start of a call, to write with its result.
+    pub(crate) fn call_started(&self, record: CallRecord) {
+        self.starts().insert(record.call_id.to_string(), record);
+    }
+
+    /// Takes back the start kept for `call_id`, to write it now.
+    pub(crate) fn take_start(&self, call_id: &str) -> Option<CallRecord> {
+        self.starts().remove(call_id)
+    }
+
+    fn starts(&self) -> std::sync::MutexGuard<'_, HashMap<String, CallRecord>> {
+        // Plain map updates: a panic elsewhere cannot leave it half-changed.
+        self.starts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The kept starts of the calls whose results are in `msgs`.
+    fn starts_for(&self, msgs: &[Msg]) -> Vec<CallRecord> {
+        let starts = self.starts();
+        if starts.is_empty() {
+            return Vec::new();
+        }
+        msgs.iter()
+            .flat_map(Msg::tool_results)
+            .filter_map(|r| starts.get(r.id.as_str()).cloned())
+            .collect()
+    }
+
+    /// Forgets the starts written with `msgs`. A model message with calls begins a new turn:
+    /// every call of the last one has its result by then (the loop writes one for each, even a
+    /// cancelled one), so a start still kept belongs to a result that failed to be written and
+    /// is dropped rather than kept forever.
+    fn forget_starts(&self, msgs: &[Msg]) {
+        let mut starts = self.starts();
+        if starts.is_empty() {
+            return;
+        }
+        if msgs.iter().any(|m| m.tool_uses().next().is_some()) {
+            starts.clear();
+            return;
+        }
+        for result in msgs.iter().flat_map(Msg::tool_results) {
+            starts.remove(result.id.as_str());
+        }
+    }
 }
 
 #[async_trait]
@@ -151,7 +207,15 @@ impl Memory for SessionMemory {
         if fresh.is_empty() {
             return Ok(());
         }
-        self.store.append_messages(&self.lease, &fresh).await?;
+        let started = self.starts_for(&fresh);
+        if started.is_empty() {
+            self.store.append_messages(&self.lease, &fresh).await?;
+        } else {
+            self.store
+                .append_messages_with_starts(&self.lease, &started, &fresh)
+                .await?;
+        }
+        self.forget_starts(&fresh);
         for msg in fresh {
             mirror.ids.insert(msg.id.clone());
             mirror.msgs.push(msg);
@@ -181,6 +245,7 @@ impl Memory for SessionMemory {
         let mut mirror = self.mirror.lock().await;
         self.store.clear_messages(&self.lease).await?;
         *mirror = Mirror::default();
+        self.starts().clear();
         Ok(())
     }
 

@@ -12,11 +12,13 @@ use crate::{CallRecord, CallStatus, SessionMemory};
 
 /// Keeps a session's call records current while the agent acts, beside its [`SessionMemory`].
 ///
-/// The memory registers each call when the model's message is stored and closes it when its
-/// result is, in the same transactions. What only the loop knows is when a call starts: this
-/// hook marks the call as running, with the arguments it runs with, before the agent goes on,
-/// so that recovery after a crash tells the model the call "may have partly run" rather than
-/// that it never started.
+/// The memory registers each call as running when the model's message is stored and closes it
+/// when its result is, in the same transactions. What only the loop knows is when a call
+/// starts and with which arguments (hooks may rewrite them): this hook hands that to the
+/// memory, which writes it with the result, so a step commits twice (the model's message, the
+/// result), not three times. A call approved by the user is marked running in the commit of the
+/// decision (it was waiting, and may have partly run once it starts), so that recovery after a
+/// crash tells the model the call "may have partly run" rather than that it never started.
 ///
 /// It also keeps session grants (spec A14) as they are made, before the call they came from
 /// runs, and approval questions (the call waits, with what the user is asked) and
@@ -51,25 +53,25 @@ impl CallRecorder {
     }
 }
 
+/// The start of `call` in reply `ctx.reply_id`, now.
+fn start(ctx: &HookContext, call: &ToolUseBlock) -> CallRecord {
+    let mut record = CallRecord::new(call.id.clone(), call.name.clone(), call.input.clone());
+    record.reply_id = Some(ctx.reply_id.clone());
+    record.status = CallStatus::Running;
+    record.started_at = Some(Utc::now());
+    record
+}
+
 #[async_trait]
 impl AgentHook for CallRecorder {
     async fn pre_acting(&self, ctx: &HookContext, call: &mut ToolUseBlock) {
-        let mut record = CallRecord::new(call.id.clone(), call.name.clone(), call.input.clone());
-        record.reply_id = Some(ctx.reply_id.clone());
-        record.status = CallStatus::Running;
-        record.started_at = Some(Utc::now());
-        // A hook cannot stop the call; the result closes the record whatever happens here.
-        if let Err(e) = self
-            .memory
-            .store()
-            .call_started(self.memory.lease(), &record)
-            .await
-        {
-            tracing::warn!(call = %call.id, error = %e, "the session store did not record the call's start");
-        }
+        // Kept by the memory and written with the result: the call is registered as running
+        // already, so a commit here would change nothing recovery reads.
+        self.memory.call_started(start(ctx, call));
     }
 
     async fn approval_requested(&self, _ctx: &HookContext, call: &ToolUseBlock, request: &ApprovalRequest) {
+        // Its own commit: the question must be on disk before the user sees it.
         if let Err(e) = self
             .memory
             .store()
@@ -94,24 +96,25 @@ impl AgentHook for CallRecorder {
         decision: &ApprovalDecision,
         source: DecisionSource,
     ) {
-        let store = self.memory.store();
-        let lease = self.memory.lease();
-        if let Err(e) = store.resolve_approval(lease, &call.id, decision, source).await {
+        // Approved, the body starts now (or when a slot frees), so a crash from here on may
+        // leave it partly run: the decision and the start are one commit. Declined, it never
+        // started, and the start kept before the question is dropped.
+        let kept = self.memory.take_start(call.id.as_str());
+        let mut record = kept.unwrap_or_else(|| start(ctx, call));
+        record.started_at = Some(Utc::now());
+        if let Err(e) = self
+            .memory
+            .store()
+            .resolve_approval_and_start(self.memory.lease(), &call.id, decision, source, &record)
+            .await
+        {
             tracing::warn!(call = %call.id, error = %e, "the session store did not record the decision");
-            return;
-        }
-        // Approved: the body starts now (or when a slot frees), so a crash from here on may
-        // leave it partly run.
-        if matches!(
-            decision,
-            ApprovalDecision::Approve | ApprovalDecision::ApproveForSession
-        ) {
-            let mut record = CallRecord::new(call.id.clone(), call.name.clone(), call.input.clone());
-            record.reply_id = Some(ctx.reply_id.clone());
-            record.status = CallStatus::Running;
-            record.started_at = Some(Utc::now());
-            if let Err(e) = store.call_started(lease, &record).await {
-                tracing::warn!(call = %call.id, error = %e, "the session store did not record the call's start");
+            // The call may still run: its start goes with its result, as without a question.
+            if matches!(
+                decision,
+                ApprovalDecision::Approve | ApprovalDecision::ApproveForSession
+            ) {
+                self.memory.call_started(record);
             }
         }
     }

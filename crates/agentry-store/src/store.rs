@@ -102,6 +102,24 @@ pub trait SessionStore: Send + Sync {
     async fn messages(&self, id: &SessionId) -> Result<Vec<Msg>, StoreError>;
     /// Appends messages in order, skipping those whose id is stored; returns how many were added.
     async fn append_messages(&self, lease: &Lease, msgs: &[Msg]) -> Result<usize, StoreError>;
+    /// [`append_messages`](Self::append_messages), with the starts of calls (each as
+    /// [`call_started`](Self::call_started) takes it) written first, in the same transaction.
+    ///
+    /// For the starts the loop reported since the last write, whose results are in `msgs`: a
+    /// call's start then costs no commit of its own (see [`CallRecorder`](crate::CallRecorder)).
+    /// The default writes them one by one before the messages; a store overrides it to write
+    /// them together.
+    async fn append_messages_with_starts(
+        &self,
+        lease: &Lease,
+        started: &[CallRecord],
+        msgs: &[Msg],
+    ) -> Result<usize, StoreError> {
+        for call in started {
+            self.call_started(lease, call).await?;
+        }
+        self.append_messages(lease, msgs).await
+    }
     /// Inserts messages right before the stored message `before` (appends when it is not
     /// stored), skipping ids already stored; returns how many were added.
     async fn insert_messages_before(
@@ -149,6 +167,26 @@ pub trait SessionStore: Send + Sync {
         decision: &ApprovalDecision,
         source: DecisionSource,
     ) -> Result<CallRecord, StoreError>;
+    /// [`resolve_approval`](Self::resolve_approval), except that an approved call becomes
+    /// running from `start` (as [`call_started`](Self::call_started) would mark it) instead of
+    /// queued, in the same transaction: its body starts now, so a crash from here on may leave
+    /// it partly run. The default resolves, then marks the start.
+    async fn resolve_approval_and_start(
+        &self,
+        lease: &Lease,
+        call_id: &CallId,
+        decision: &ApprovalDecision,
+        source: DecisionSource,
+        start: &CallRecord,
+    ) -> Result<CallRecord, StoreError> {
+        let mut record = self.resolve_approval(lease, call_id, decision, source).await?;
+        if record.status == crate::CallStatus::Queued {
+            self.call_started(lease, start).await?;
+            record.status = crate::CallStatus::Running;
+            record.started_at = start.started_at;
+        }
+        Ok(record)
+    }
     /// The calls waiting for approval, in order.
     async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError>;
 

@@ -7,11 +7,12 @@ use agentry::memory::{Memory, check_tool_pairs};
 use agentry::message::{ContentBlock, Msg, ToolUseBlock};
 use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
 use agentry::tool::{CancelPhase, CancelReason, INTERRUPTED_RESTART, ToolCallState, Toolkit, tool};
-use agentry_store::{CallRecorder, CallStatus, SessionMemory};
+use agentry_store::{CallRecorder, CallStatus, SessionMemory, SessionStore};
 use futures::StreamExt;
 use serde_json::json;
 
 use crate::common::{calls, db, open};
+use crate::counting::Counting;
 
 /// Calls `add` once per user message, then answers with the result; keeps every request it
 /// received, each checked for one result per call (Y1), as the fake server does.
@@ -258,7 +259,7 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
 }
 
 #[tokio::test]
-async fn a_call_is_recorded_when_made_when_started_and_with_its_result() {
+async fn a_call_is_recorded_when_made_and_its_start_with_its_result() {
     let (_dir, path) = db();
     let (memory, reply, release) = a_reply_in_its_tool_at(&path).await;
     let id = memory.session().id.clone();
@@ -270,16 +271,19 @@ async fn a_call_is_recorded_when_made_when_started_and_with_its_result() {
     assert_eq!(
         call.status,
         CallStatus::Running,
-        "marked running before the body ran"
+        "registered as running by the model's message, before the body ran"
     );
     assert_eq!(call.tool_name, "wait");
     assert_eq!(call.arguments, json!({"what": "the gate"}));
-    assert!(call.started_at.is_some() && call.reply_id.is_some());
     let stored = memory.messages().await.unwrap();
     assert_eq!(
         call.message_id.as_deref(),
         Some(stored[1].id.as_str()),
         "registered with the assistant message that made it"
+    );
+    assert!(
+        call.started_at.is_none() && call.reply_id.is_none(),
+        "the start has no commit of its own: it is written with the result"
     );
 
     release.notify_one();
@@ -287,7 +291,42 @@ async fn a_call_is_recorded_when_made_when_started_and_with_its_result() {
     let finished = open(&path).calls(&id).await.unwrap();
     assert_eq!(finished[0].status, CallStatus::Finished(ToolCallState::Completed));
     assert!(finished[0].finished_at.is_some());
-    assert_eq!(finished[0].started_at, call.started_at, "the start is kept");
+    assert!(
+        finished[0].started_at.is_some() && finished[0].reply_id.is_some(),
+        "the start came with the result"
+    );
+    assert!(finished[0].started_at <= finished[0].finished_at);
+}
+
+#[tokio::test]
+async fn a_tool_step_commits_twice_the_model_message_and_the_result() {
+    let (_dir, path) = db();
+    let store = Counting::new(open(&path));
+    let memory = Arc::new(
+        SessionMemory::open_or_create(store.clone(), "chat", &json!({}))
+            .await
+            .unwrap(),
+    );
+    let toolkit = Toolkit::new();
+    toolkit.register(AddTool).unwrap();
+    let agent = ReActAgent::builder()
+        .name("bot")
+        .model(Scripted::default())
+        .toolkit(toolkit)
+        .memory(Arc::clone(&memory))
+        .hook("session-calls", CallRecorder::new(Arc::clone(&memory)))
+        .build()
+        .unwrap();
+    let before = store.writes();
+    agent.reply(Msg::user("19 + 23?")).await.unwrap();
+    assert_eq!(
+        store.writes() - before,
+        4,
+        "the question, the call, its result (with the call's start), the answer"
+    );
+    let calls = store.calls(&memory.session().id).await.unwrap();
+    assert_eq!(calls[0].status, CallStatus::Finished(ToolCallState::Completed));
+    assert!(calls[0].started_at.is_some() && calls[0].reply_id.is_some());
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ mod agent;
 mod bad_files;
 mod call_records;
 mod common;
+mod counting;
 mod grants;
 mod recovery;
 mod round_trip;

@@ -105,6 +105,18 @@ pub(super) fn call_started(
     call: &EncodedCall,
 ) -> Result<bool, StoreError> {
     let tx = write_tx(conn, ctx)?;
+    let changed = write_start(&tx, ctx, id, call)?;
+    commit(tx, ctx)?;
+    Ok(changed)
+}
+
+/// [`call_started`] inside a transaction of its caller, which commits it with its own writes.
+pub(super) fn write_start(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    id: &SessionId,
+    call: &EncodedCall,
+) -> Result<bool, StoreError> {
     let changed = tx
         .prepare_cached(
             "INSERT INTO tool_calls (session_id, call_id, reply_id, tool_name, arguments, state, terminal, \
@@ -128,10 +140,8 @@ pub(super) fn call_started(
                 call.started_at
             ])
         })
-        .map_err(|e| ctx.err(e))?
-        > 0;
-    commit(tx, ctx)?;
-    Ok(changed)
+        .map_err(|e| ctx.err(e))?;
+    Ok(changed > 0)
 }
 
 fn call_where(
@@ -197,6 +207,8 @@ pub(super) fn request_approval(
     commit(tx, ctx)
 }
 
+/// Records the decision for a pending call. An approved call is queued, or, given its `start`,
+/// running from then (its body starts now, so the mark costs no commit of its own).
 pub(super) fn resolve_approval(
     conn: &mut Connection,
     ctx: &Ctx,
@@ -204,6 +216,7 @@ pub(super) fn resolve_approval(
     call_id: &CallId,
     decision: ApprovalDecision,
     source: DecisionSource,
+    start: Option<CallRecord>,
 ) -> Result<CallRecord, StoreError> {
     let tx = write_tx(conn, ctx)?;
     // The first decision removes the request; any later one finds nothing (A16).
@@ -219,7 +232,16 @@ pub(super) fn resolve_approval(
     };
     let now = Utc::now();
     call.status = match &decision {
-        ApprovalDecision::Approve | ApprovalDecision::ApproveForSession => CallStatus::Queued,
+        ApprovalDecision::Approve | ApprovalDecision::ApproveForSession => match start {
+            Some(start) => {
+                call.reply_id = start.reply_id.or(call.reply_id);
+                call.tool_name = start.tool_name;
+                call.arguments = start.arguments;
+                call.started_at = start.started_at.or(Some(now));
+                CallStatus::Running
+            }
+            None => CallStatus::Queued,
+        },
         ApprovalDecision::Decline { reason }
         | ApprovalDecision::DeclineForSession { reason }
         | ApprovalDecision::DeclineAndStop { reason } => {

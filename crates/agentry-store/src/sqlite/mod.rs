@@ -352,7 +352,23 @@ impl SessionStore for SqliteStore {
     async fn append_messages(&self, lease: &Lease, msgs: &[Msg]) -> Result<usize, StoreError> {
         let id = self.leased(lease)?;
         let msgs = encode_messages(msgs)?;
-        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, None, msgs))
+        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, None, &[], msgs))
+            .await
+    }
+
+    async fn append_messages_with_starts(
+        &self,
+        lease: &Lease,
+        started: &[CallRecord],
+        msgs: &[Msg],
+    ) -> Result<usize, StoreError> {
+        let id = self.leased(lease)?;
+        let started = started
+            .iter()
+            .map(rows::EncodedCall::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let msgs = encode_messages(msgs)?;
+        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, None, &started, msgs))
             .await
     }
 
@@ -365,7 +381,7 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let msgs = encode_messages(msgs)?;
         let before = before.to_owned();
-        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, Some(&before), msgs))
+        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, Some(&before), &[], msgs))
             .await
     }
 
@@ -425,8 +441,26 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let call_id = call_id.clone();
         let decision = decision.clone();
-        self.run(move |conn, ctx| calls::resolve_approval(conn, ctx, &id, &call_id, decision, source))
+        self.run(move |conn, ctx| calls::resolve_approval(conn, ctx, &id, &call_id, decision, source, None))
             .await
+    }
+
+    async fn resolve_approval_and_start(
+        &self,
+        lease: &Lease,
+        call_id: &CallId,
+        decision: &ApprovalDecision,
+        source: DecisionSource,
+        start: &CallRecord,
+    ) -> Result<CallRecord, StoreError> {
+        let id = self.leased(lease)?;
+        let call_id = call_id.clone();
+        let decision = decision.clone();
+        let start = start.clone();
+        self.run(move |conn, ctx| {
+            calls::resolve_approval(conn, ctx, &id, &call_id, decision, source, Some(start))
+        })
+        .await
     }
 
     async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError> {

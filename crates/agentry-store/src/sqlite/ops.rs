@@ -12,7 +12,7 @@ use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::Ctx;
-use super::calls::{stored_calls, write_call};
+use super::calls::{stored_calls, write_call, write_start};
 use super::derived;
 use super::rows::{EncodedCall, SESSION_COLUMNS, from_json, json, parse_ts, session_info, session_row, ts};
 use crate::recovery;
@@ -250,15 +250,21 @@ fn insert_at(
     Ok(())
 }
 
-/// Appends `msgs` (or inserts them before the message `before`), skipping stored ids.
+/// Appends `msgs` (or inserts them before the message `before`), skipping stored ids, after
+/// writing the `started` calls' starts: a result in `msgs` then closes its call with the start
+/// already in place.
 pub(super) fn insert_messages(
     conn: &mut Connection,
     ctx: &Ctx,
     id: &SessionId,
     before: Option<&str>,
+    started: &[EncodedCall],
     msgs: Vec<Encoded>,
 ) -> Result<usize, StoreError> {
     let tx = write_tx(conn, ctx)?;
+    for call in started {
+        write_start(&tx, ctx, id, call)?;
+    }
     let mut seen = HashSet::new();
     let mut new = Vec::with_capacity(msgs.len());
     {
@@ -275,6 +281,9 @@ pub(super) fn insert_messages(
         }
     }
     if new.is_empty() {
+        if !started.is_empty() {
+            commit(tx, ctx)?;
+        }
         return Ok(0);
     }
     let at: Option<i64> = match before {

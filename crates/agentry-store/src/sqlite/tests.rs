@@ -180,3 +180,122 @@ fn works_without_a_runtime() {
     let created = futures::executor::block_on(store.create_session("s", &json!({})));
     assert_eq!(created.unwrap().name, "s");
 }
+
+#[tokio::test]
+async fn an_approved_call_is_running_from_the_decision_in_one_commit() {
+    let store = SqliteStore::in_memory().unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    for id in ["yes", "no"] {
+        store
+            .record_call(&lease, &CallRecord::new(id, "rm", json!({"path": id})))
+            .await
+            .unwrap();
+        store
+            .request_approval(&lease, &id.into(), &ApprovalRequest::new("?"))
+            .await
+            .unwrap();
+    }
+    let mut start = CallRecord::new("yes", "rm", json!({"path": "rewritten"}));
+    start.reply_id = Some("r1".into());
+    start.started_at = Some(chrono::Utc::now());
+    let approved = store
+        .resolve_approval_and_start(
+            &lease,
+            &"yes".into(),
+            &ApprovalDecision::Approve,
+            DecisionSource::User,
+            &start,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        approved.status,
+        CallStatus::Running,
+        "not queued: its body starts"
+    );
+    let decline = ApprovalDecision::Decline { reason: None };
+    let mut no_start = start.clone();
+    no_start.call_id = "no".into();
+    let declined = store
+        .resolve_approval_and_start(&lease, &"no".into(), &decline, DecisionSource::User, &no_start)
+        .await
+        .unwrap();
+    assert_eq!(
+        declined.status,
+        CallStatus::Finished(ToolCallState::Declined { reason: None })
+    );
+
+    let stored = store.calls(&session.id).await.unwrap();
+    assert_eq!(stored[0].status, CallStatus::Running);
+    assert_eq!(
+        stored[0].started_at.map(|t| t.timestamp_micros()),
+        start.started_at.map(|t| t.timestamp_micros())
+    );
+    assert_eq!(
+        stored[0].reply_id.as_ref().map(ToString::to_string).as_deref(),
+        Some("r1")
+    );
+    assert_eq!(stored[0].arguments, json!({"path": "rewritten"}));
+    assert_eq!(stored[0].decision, Some(ApprovalDecision::Approve));
+    assert!(stored[1].started_at.is_none(), "a declined call never started");
+    assert!(store.pending_approvals(&session.id).await.unwrap().is_empty());
+
+    // The process stops while the approved call runs: it may have partly run.
+    let recovered = store
+        .recover(&lease, crate::PendingApprovals::Keep)
+        .await
+        .unwrap();
+    assert_eq!(recovered.report.interrupted, ["yes"]);
+    let closed = &store.calls(&session.id).await.unwrap()[0];
+    assert_eq!(closed.status.phase(), Some(agentry::tool::CancelPhase::Running));
+}
+
+#[tokio::test]
+async fn starts_are_written_with_the_messages_in_one_transaction() {
+    let store = SqliteStore::in_memory().unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    let call = Msg::new(
+        "bot",
+        agentry::message::Role::Assistant,
+        vec![agentry::message::ContentBlock::ToolUse(
+            agentry::message::ToolUseBlock {
+                id: "c1".into(),
+                name: "t".into(),
+                input: json!({"n": 1}),
+                raw_input: None,
+            },
+        )],
+    );
+    store.append_messages(&lease, &[call]).await.unwrap();
+    let mut start = CallRecord::new("c1", "t", json!({"n": 2}));
+    start.reply_id = Some("r1".into());
+    start.started_at = Some(chrono::Utc::now());
+    let result = Msg::tool_result(agentry::message::ToolResultBlock {
+        id: "c1".into(),
+        name: "t".into(),
+        output: vec![agentry::message::ContentBlock::text("ok")],
+        is_error: false,
+    });
+    let added = store
+        .append_messages_with_starts(
+            &lease,
+            std::slice::from_ref(&start),
+            std::slice::from_ref(&result),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added, 1);
+    let stored = &store.calls(&session.id).await.unwrap()[0];
+    assert_eq!(stored.status, CallStatus::Finished(ToolCallState::Completed));
+    assert_eq!(stored.arguments, json!({"n": 2}), "the arguments it ran with");
+    assert!(stored.reply_id.is_some() && stored.started_at.is_some());
+    // Messages all stored already: the starts are still written.
+    let mut other = start.clone();
+    other.call_id = "c2".into();
+    let added = store
+        .append_messages_with_starts(&lease, &[other], &[result])
+        .await
+        .unwrap();
+    assert_eq!(added, 0);
+    assert_eq!(store.calls(&session.id).await.unwrap().len(), 2);
+}
