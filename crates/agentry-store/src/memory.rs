@@ -168,6 +168,27 @@ impl SessionMemory {
         self.starts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Stores `msgs` (appended, or before the message `before`) with the kept starts of the
+    /// calls they answer, in one transaction.
+    async fn write(&self, before: Option<&str>, msgs: &[Msg]) -> Result<(), StoreError> {
+        let started = self.starts_for(msgs);
+        match (before, started.is_empty()) {
+            (None, true) => self.store.append_messages(&self.lease, msgs).await?,
+            (Some(before), true) => {
+                self.store
+                    .insert_messages_before(&self.lease, before, msgs)
+                    .await?
+            }
+            (_, false) => {
+                self.store
+                    .insert_messages_with_starts(&self.lease, before, &started, msgs)
+                    .await?
+            }
+        };
+        self.forget_starts(msgs);
+        Ok(())
+    }
+
     /// The kept starts of the calls whose results are in `msgs`.
     fn starts_for(&self, msgs: &[Msg]) -> Vec<CallRecord> {
         let starts = self.starts();
@@ -207,15 +228,7 @@ impl Memory for SessionMemory {
         if fresh.is_empty() {
             return Ok(());
         }
-        let started = self.starts_for(&fresh);
-        if started.is_empty() {
-            self.store.append_messages(&self.lease, &fresh).await?;
-        } else {
-            self.store
-                .append_messages_with_starts(&self.lease, &started, &fresh)
-                .await?;
-        }
-        self.forget_starts(&fresh);
+        self.write(None, &fresh).await?;
         for msg in fresh {
             mirror.ids.insert(msg.id.clone());
             mirror.msgs.push(msg);
@@ -255,9 +268,7 @@ impl Memory for SessionMemory {
         if fresh.is_empty() {
             return Ok(());
         }
-        self.store
-            .insert_messages_before(&self.lease, before, &fresh)
-            .await?;
+        self.write(Some(before), &fresh).await?;
         let at = mirror
             .msgs
             .iter()
@@ -268,5 +279,69 @@ impl Memory for SessionMemory {
         }
         mirror.msgs.splice(at..at, fresh);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agentry::message::{ContentBlock, Role, ToolResultBlock, ToolUseBlock};
+    use serde_json::json;
+
+    use super::*;
+    use crate::{CallStatus, SqliteStore};
+
+    fn result(id: &str) -> Msg {
+        Msg::tool_result(ToolResultBlock {
+            id: id.into(),
+            name: "t".into(),
+            output: vec![ContentBlock::text("ok")],
+            is_error: false,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_start_is_written_with_its_result_appended_or_inserted() {
+        let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::in_memory().unwrap());
+        let memory = SessionMemory::open_or_create(Arc::clone(&store), "s", &json!({}))
+            .await
+            .unwrap();
+        let uses = ["c1", "c2"].map(|id| {
+            ContentBlock::ToolUse(ToolUseBlock {
+                id: id.into(),
+                name: "t".into(),
+                input: json!({"n": id}),
+                raw_input: None,
+            })
+        });
+        memory
+            .add(vec![Msg::new("bot", Role::Assistant, uses.to_vec())])
+            .await
+            .unwrap();
+        for id in ["c1", "c2"] {
+            let mut start = CallRecord::new(id, "t", json!({"ran": id}));
+            start.reply_id = Some("r".into());
+            start.started_at = Some(chrono::Utc::now());
+            memory.call_started(start);
+        }
+        let calls = store.calls(&memory.session().id).await.unwrap();
+        assert!(calls.iter().all(|c| c.started_at.is_none()), "kept, not written");
+
+        // In parallel, c2 finishes first; c1's result goes before it.
+        let second = result("c2");
+        memory.add(vec![second.clone()]).await.unwrap();
+        memory
+            .insert_before(&second.id, vec![result("c1")])
+            .await
+            .unwrap();
+        let calls = store.calls(&memory.session().id).await.unwrap();
+        for call in &calls {
+            assert_eq!(
+                call.status,
+                CallStatus::Finished(agentry::tool::ToolCallState::Completed)
+            );
+            assert!(call.started_at.is_some() && call.reply_id.is_some(), "{call:?}");
+            assert_eq!(call.arguments, json!({"ran": call.call_id.as_str()}));
+        }
+        assert!(memory.starts().is_empty(), "written, then forgotten");
     }
 }

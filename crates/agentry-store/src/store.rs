@@ -102,24 +102,6 @@ pub trait SessionStore: Send + Sync {
     async fn messages(&self, id: &SessionId) -> Result<Vec<Msg>, StoreError>;
     /// Appends messages in order, skipping those whose id is stored; returns how many were added.
     async fn append_messages(&self, lease: &Lease, msgs: &[Msg]) -> Result<usize, StoreError>;
-    /// [`append_messages`](Self::append_messages), with the starts of calls (each as
-    /// [`call_started`](Self::call_started) takes it) written first, in the same transaction.
-    ///
-    /// For the starts the loop reported since the last write, whose results are in `msgs`: a
-    /// call's start then costs no commit of its own (see [`CallRecorder`](crate::CallRecorder)).
-    /// The default writes them one by one before the messages; a store overrides it to write
-    /// them together.
-    async fn append_messages_with_starts(
-        &self,
-        lease: &Lease,
-        started: &[CallRecord],
-        msgs: &[Msg],
-    ) -> Result<usize, StoreError> {
-        for call in started {
-            self.call_started(lease, call).await?;
-        }
-        self.append_messages(lease, msgs).await
-    }
     /// Inserts messages right before the stored message `before` (appends when it is not
     /// stored), skipping ids already stored; returns how many were added.
     async fn insert_messages_before(
@@ -128,6 +110,29 @@ pub trait SessionStore: Send + Sync {
         before: &str,
         msgs: &[Msg],
     ) -> Result<usize, StoreError>;
+    /// [`append_messages`](Self::append_messages), or with `before`
+    /// [`insert_messages_before`](Self::insert_messages_before), with the starts of calls (each
+    /// as [`call_started`](Self::call_started) takes it) written first, in the same transaction.
+    ///
+    /// For the starts the loop reported since the last write, whose results are in `msgs`: a
+    /// call's start then costs no commit of its own (see [`CallRecorder`](crate::CallRecorder)).
+    /// The default writes them one by one before the messages; a store overrides it to write
+    /// them together.
+    async fn insert_messages_with_starts(
+        &self,
+        lease: &Lease,
+        before: Option<&str>,
+        started: &[CallRecord],
+        msgs: &[Msg],
+    ) -> Result<usize, StoreError> {
+        for call in started {
+            self.call_started(lease, call).await?;
+        }
+        match before {
+            Some(before) => self.insert_messages_before(lease, before, msgs).await,
+            None => self.append_messages(lease, msgs).await,
+        }
+    }
     /// Deletes messages by id; returns how many were deleted.
     async fn delete_messages(&self, lease: &Lease, ids: &[String]) -> Result<usize, StoreError>;
     /// Deletes every message of the session (its calls, approvals and grants stay).

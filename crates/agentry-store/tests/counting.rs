@@ -73,14 +73,17 @@ impl SessionStore for Counting {
         self.write();
         self.inner.append_messages(lease, msgs).await
     }
-    async fn append_messages_with_starts(
+    async fn insert_messages_with_starts(
         &self,
         lease: &Lease,
+        before: Option<&str>,
         started: &[CallRecord],
         msgs: &[Msg],
     ) -> Result<usize, StoreError> {
         self.write();
-        self.inner.append_messages_with_starts(lease, started, msgs).await
+        self.inner
+            .insert_messages_with_starts(lease, before, started, msgs)
+            .await
     }
     async fn insert_messages_before(
         &self,

@@ -356,22 +356,6 @@ impl SessionStore for SqliteStore {
             .await
     }
 
-    async fn append_messages_with_starts(
-        &self,
-        lease: &Lease,
-        started: &[CallRecord],
-        msgs: &[Msg],
-    ) -> Result<usize, StoreError> {
-        let id = self.leased(lease)?;
-        let started = started
-            .iter()
-            .map(rows::EncodedCall::new)
-            .collect::<Result<Vec<_>, _>>()?;
-        let msgs = encode_messages(msgs)?;
-        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, None, &started, msgs))
-            .await
-    }
-
     async fn insert_messages_before(
         &self,
         lease: &Lease,
@@ -382,6 +366,24 @@ impl SessionStore for SqliteStore {
         let msgs = encode_messages(msgs)?;
         let before = before.to_owned();
         self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, Some(&before), &[], msgs))
+            .await
+    }
+
+    async fn insert_messages_with_starts(
+        &self,
+        lease: &Lease,
+        before: Option<&str>,
+        started: &[CallRecord],
+        msgs: &[Msg],
+    ) -> Result<usize, StoreError> {
+        let id = self.leased(lease)?;
+        let started = started
+            .iter()
+            .map(rows::EncodedCall::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let msgs = encode_messages(msgs)?;
+        let before = before.map(str::to_owned);
+        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, before.as_deref(), &started, msgs))
             .await
     }
 

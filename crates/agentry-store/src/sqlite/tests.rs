@@ -277,8 +277,9 @@ async fn starts_are_written_with_the_messages_in_one_transaction() {
         is_error: false,
     });
     let added = store
-        .append_messages_with_starts(
+        .insert_messages_with_starts(
             &lease,
+            None,
             std::slice::from_ref(&start),
             std::slice::from_ref(&result),
         )
@@ -293,7 +294,7 @@ async fn starts_are_written_with_the_messages_in_one_transaction() {
     let mut other = start.clone();
     other.call_id = "c2".into();
     let added = store
-        .append_messages_with_starts(&lease, &[other], &[result])
+        .insert_messages_with_starts(&lease, None, &[other], &[result])
         .await
         .unwrap();
     assert_eq!(added, 0);
