@@ -25,6 +25,8 @@ pub struct Numbered {
     pub id: u64,
     /// The `AgentEvent` as JSON.
     pub json: Arc<str>,
+    /// When the server recorded it: microseconds since the Unix epoch.
+    pub at_us: u64,
 }
 
 /// A session's event log.
@@ -78,6 +80,7 @@ impl EventLog {
         let numbered = Numbered {
             id: backlog.next_id,
             json,
+            at_us: now_us(),
         };
         backlog.next_id += 1;
         if backlog.kept.len() == BACKLOG {
@@ -98,6 +101,7 @@ impl EventLog {
         let _ = self.live.send(Numbered {
             id: 0,
             json: Arc::from(""),
+            at_us: 0,
         });
     }
 
@@ -144,7 +148,10 @@ impl EventLog {
                 Ok(event) if event.id == 0 => None,
                 Ok(event) => {
                     state.sent = event.id;
+                    // The comment (ignored by clients) says when the server recorded the event,
+                    // so that a client can measure how long its delivery took.
                     let sse = Event::default()
+                        .comment(format!("at_us={}", event.at_us))
                         .id(event.id.to_string())
                         .event("agent")
                         .data(&*event.json);
@@ -159,6 +166,12 @@ impl EventLog {
             }
         }))
     }
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// Where one client's stream is.

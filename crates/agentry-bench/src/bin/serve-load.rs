@@ -1,0 +1,281 @@
+//! Load on `agentry serve`: many sessions at once, each with its own event-stream client,
+//! against `shared/bench/mockllm` (which answers with tool calls, then text).
+//!
+//! ```text
+//! serve-load --agentry PATH --mock-url URL [--sessions N] [--replies R] [--mock-pid PID]
+//! ```
+//!
+//! It starts `agentry serve` on a fresh SQLite file, creates N sessions, opens one
+//! server-sent-events client per session, and has every session run R replies one after the
+//! other, all sessions at once. It prints one `RESULT {json}` line:
+//!
+//! - `events_lost`: gaps in a client's event ids, plus streams told to resume (0 expected);
+//! - `delivery_ms_p50` / `p99`: from the moment the server recorded an event (the `at_us`
+//!   comment it sends before each event) to its arrival at the client, over every event;
+//! - `server_cpu_ms_per_step`: the server's CPU (utime + stime) over the model calls made (one
+//!   per final assistant message); `mock_cpu_ms_per_step` the same for the mock when
+//!   `--mock-pid` is given;
+//! - `server_peak_rss_mb` and `rss_kb_per_session` (the server's peak over N).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+struct Args {
+    agentry: String,
+    mock_url: String,
+    sessions: usize,
+    replies: usize,
+    mock_pid: Option<String>,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        agentry: "target/release/agentry".into(),
+        mock_url: String::new(),
+        sessions: 1000,
+        replies: 2,
+        mock_pid: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--agentry" => args.agentry = value()?,
+            "--mock-url" => args.mock_url = value()?,
+            "--sessions" => args.sessions = value()?.parse()?,
+            "--replies" => args.replies = value()?.parse()?,
+            "--mock-pid" => args.mock_pid = Some(value()?),
+            other => bail!("unknown option {other}"),
+        }
+    }
+    if args.mock_url.is_empty() {
+        bail!("--mock-url URL (the mock's /v1) is required");
+    }
+    Ok(args)
+}
+
+/// utime + stime of a process, in seconds (clock ticks of 10 ms).
+fn cpu_s(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+fn peak_rss_kb(pid: &str) -> Option<f64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[derive(Default)]
+struct Tally {
+    lost: AtomicU64,
+    steps: AtomicU64,
+    delivery_ms: Mutex<Vec<f64>>,
+}
+
+/// Reads one session's events; tells `done` at each reply's end.
+async fn follow(
+    response: reqwest::Response,
+    tally: Arc<Tally>,
+    done: tokio::sync::mpsc::UnboundedSender<()>,
+) {
+    let mut body = response.bytes_stream();
+    let mut pending = String::new();
+    let mut last_id = 0u64;
+    while let Some(Ok(chunk)) = body.next().await {
+        pending.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = pending.find("\n\n") {
+            let block: String = pending.drain(..end + 2).collect();
+            let mut id = None;
+            let mut kind = "";
+            let mut data = "";
+            let mut at_us = None;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix(":").map(str::trim_start).and_then(|c| c.strip_prefix("at_us=")) {
+                    at_us = v.parse::<u64>().ok();
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    id = v.parse::<u64>().ok();
+                } else if let Some(v) = line.strip_prefix("event: ") {
+                    kind = v;
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = v;
+                }
+            }
+            if kind == "resume" {
+                tally.lost.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let Some(id) = id else { continue };
+            if id != last_id + 1 {
+                tally.lost.fetch_add(id.saturating_sub(last_id + 1), Ordering::Relaxed);
+            }
+            last_id = id;
+            let Ok(event) = serde_json::from_str::<Value>(data) else { continue };
+            if let Some(at_us) = at_us {
+                let now_us = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64);
+                tally
+                    .delivery_ms
+                    .lock()
+                    .await
+                    .push(now_us.saturating_sub(at_us) as f64 / 1000.0);
+            }
+            match event["type"].as_str() {
+                Some("message") if event["last"] == true && event["msg"]["role"] == "assistant" => {
+                    tally.steps.fetch_add(1, Ordering::Relaxed);
+                }
+                Some("reply_finished") => {
+                    let _ = done.send(());
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = std::env::temp_dir().join(format!("serve-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut server = Command::new(&args.agentry)
+        .args([
+            "serve",
+            "--base-url",
+            &args.mock_url,
+            "--model",
+            "mock",
+            "--no-mcp",
+            "--max-retries",
+            "0",
+            "--max-iters",
+            "20",
+            "--addr",
+            "127.0.0.1:0",
+            "--db",
+        ])
+        .arg(dir.join("load.db"))
+        .env("AGENTRY_LOG", "error")
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", args.agentry))?;
+    let pid = server.id().to_string();
+    let stderr = server.stderr.take().context("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let base = loop {
+        let line = lines.next().context("agentry serve ended before it listened")??;
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().context("no address")?.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+
+    let client = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
+    let tally = Arc::new(Tally::default());
+    let mut ids = Vec::with_capacity(args.sessions);
+    for n in 0..args.sessions {
+        let created: Value = serde_json::from_str(
+            &client
+                .post(format!("{base}/v1/sessions"))
+                .header("content-type", "application/json")
+                .body(json!({"name": format!("load-{n}")}).to_string())
+                .send()
+                .await?
+                .text()
+                .await?,
+        )?;
+        ids.push(created["id"].as_str().context("no session id")?.to_owned());
+    }
+    let mut waits = Vec::new();
+    for id in &ids {
+        let response = client.get(format!("{base}/v1/sessions/{id}/events")).send().await?;
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(follow(response, Arc::clone(&tally), done_tx));
+        waits.push(done_rx);
+    }
+
+    let cpu0 = cpu_s(&pid).context("cannot read the server's CPU time")?;
+    let mock0 = args.mock_pid.as_deref().and_then(cpu_s);
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for (id, mut done) in ids.iter().cloned().zip(waits) {
+        let client = client.clone();
+        let base = base.clone();
+        let replies = args.replies;
+        runs.push(tokio::spawn(async move {
+            for r in 0..replies {
+                let sent = client
+                    .post(format!("{base}/v1/sessions/{id}/messages"))
+                    .header("content-type", "application/json")
+                    .body(json!({"text": format!("add 2 and {r}")}).to_string())
+                    .send()
+                    .await?;
+                if sent.status().as_u16() != 202 {
+                    bail!("message refused: {}", sent.status());
+                }
+                tokio::time::timeout(Duration::from_secs(600), done.recv())
+                    .await
+                    .context("a reply did not finish within 600 s")?
+                    .context("the event stream ended")?;
+            }
+            Ok(())
+        }));
+    }
+    for run in runs {
+        run.await??;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_s(&pid).context("cannot read the server's CPU time")? - cpu0;
+    let mock = match (args.mock_pid.as_deref().and_then(cpu_s), mock0) {
+        (Some(after), Some(before)) => Some(after - before),
+        _ => None,
+    };
+    let rss_kb = peak_rss_kb(&pid).unwrap_or(0.0);
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let steps = tally.steps.load(Ordering::Relaxed).max(1) as f64;
+    let mut delivery = tally.delivery_ms.lock().await.clone();
+    delivery.sort_by(f64::total_cmp);
+    let result = json!({
+        "sessions": args.sessions,
+        "replies_per_session": args.replies,
+        "steps": steps,
+        "wall_s": (wall * 100.0).round() / 100.0,
+        "events_lost": tally.lost.load(Ordering::Relaxed),
+        "delivery_ms_p50": (percentile(&delivery, 0.5) * 100.0).round() / 100.0,
+        "delivery_ms_p99": (percentile(&delivery, 0.99) * 100.0).round() / 100.0,
+        "server_cpu_ms_per_step": (cpu * 1000.0 / steps * 1000.0).round() / 1000.0,
+        "mock_cpu_ms_per_step": mock.map(|m| (m * 1000.0 / steps * 1000.0).round() / 1000.0),
+        "server_peak_rss_mb": (rss_kb / 1024.0 * 10.0).round() / 10.0,
+        "rss_kb_per_session": (rss_kb / args.sessions as f64).round(),
+    });
+    println!("RESULT {result}");
+    Ok(())
+}
