@@ -106,7 +106,11 @@ async fn follow(
             let mut data = "";
             let mut at_us = None;
             for line in block.lines() {
-                if let Some(v) = line.strip_prefix(":").map(str::trim_start).and_then(|c| c.strip_prefix("at_us=")) {
+                if let Some(v) = line
+                    .strip_prefix(":")
+                    .map(str::trim_start)
+                    .and_then(|c| c.strip_prefix("at_us="))
+                {
                     at_us = v.parse::<u64>().ok();
                 } else if let Some(v) = line.strip_prefix("id: ") {
                     id = v.parse::<u64>().ok();
@@ -122,10 +126,14 @@ async fn follow(
             }
             let Some(id) = id else { continue };
             if id != last_id + 1 {
-                tally.lost.fetch_add(id.saturating_sub(last_id + 1), Ordering::Relaxed);
+                tally
+                    .lost
+                    .fetch_add(id.saturating_sub(last_id + 1), Ordering::Relaxed);
             }
             last_id = id;
-            let Ok(event) = serde_json::from_str::<Value>(data) else { continue };
+            let Ok(event) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
             if let Some(at_us) = at_us {
                 let now_us = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -213,7 +221,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut waits = Vec::new();
     for id in &ids {
-        let response = client.get(format!("{base}/v1/sessions/{id}/events")).send().await?;
+        let response = client
+            .get(format!("{base}/v1/sessions/{id}/events"))
+            .send()
+            .await?;
         let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(follow(response, Arc::clone(&tally), done_tx));
         waits.push(done_rx);
