@@ -64,24 +64,13 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
     let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/browser-shots");
     std::fs::create_dir_all(&shots).unwrap();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/page.mjs");
-    let node = tokio::process::Command::new("node")
-        .arg(&script)
+    let mut node = tokio::process::Command::new("node");
+    node.arg(&script)
         .env("AGENTRY_URL", &server.base)
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", &chromium)
-        .env("SHOTS", &shots)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), node)
-        .await
-        .expect("the browser script did not finish within 120 s")
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{said}");
+        .env("SHOTS", &shots);
+    let said = common::run_peer(node, Duration::from_secs(120)).await;
     assert!(said.contains("ok"), "{said}");
 
     assert_eq!(tool_result(fake, 2, "w1"), "noted");

@@ -19,31 +19,20 @@ async fn schemathesis_finds_nothing_against_the_openapi_document() {
         "schemathesis is missing: run scripts/install-test-peers"
     );
     let server = Harness::start().await;
-    let run = tokio::process::Command::new(&schemathesis)
-        .args([
-            "run",
-            &format!("{}/openapi.json", server.base),
-            "--checks",
-            "all",
-            "--max-examples",
-            "40",
-            "--exclude-path",
-            "/v1/sessions/{id}/events",
-            "--no-color",
-        ])
-        .current_dir(server.dir.path())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(300), run)
-        .await
-        .expect("schemathesis did not finish within 300 s")
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{said}");
+    let mut run = tokio::process::Command::new(&schemathesis);
+    run.args([
+        "run",
+        &format!("{}/openapi.json", server.base),
+        "--checks",
+        "all",
+        "--max-examples",
+        "40",
+        "--exclude-path",
+        "/v1/sessions/{id}/events",
+        "--no-color",
+    ])
+    .current_dir(server.dir.path());
+    let said = common::run_peer(run, Duration::from_secs(300)).await;
     assert!(said.contains("passed"), "{said}");
     // The replies schemathesis started asked a model with no scripted answer: they failed, as
     // a dead model server makes them fail; that is not what this test is about.

@@ -269,3 +269,20 @@ impl Events {
         self.reader.abort();
     }
 }
+
+/// Runs a third-party program (a browser script, a fuzzer) to its end within `limit`; its
+/// stdout and stderr. Fails the test when it fails or takes longer.
+pub async fn run_peer(mut command: tokio::process::Command, limit: Duration) -> String {
+    let what = format!("{:?}", command.as_std().get_program());
+    let out = tokio::time::timeout(limit, command.kill_on_drop(true).output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{said}");
+    said
+}
