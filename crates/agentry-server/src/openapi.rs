@@ -12,7 +12,7 @@ pub struct NewSession {
     /// characters.
     #[schema(
         min_length = 1,
-        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\t\n\u000b\u000c\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
     )]
     pub name: String,
 }
@@ -21,8 +21,12 @@ pub struct NewSession {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewMessage {
-    /// What the user says: not only spaces.
-    #[schema(min_length = 1, pattern = r"\S")]
+    /// What the user says: not only white space. (The patterns spell the white space out rather
+    /// than use `\s`, whose meaning differs between regex dialects.)
+    #[schema(
+        min_length = 1,
+        pattern = r"[^\t\n\u000b\u000c\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+    )]
     pub text: String,
 }
 

@@ -51,6 +51,13 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(<ApiDoc as utoipa::OpenApi>::openapi())
 }
 
+/// Whether `text` has a character that is not white space (Unicode's `White_Space`, the set the
+/// OpenAPI document's patterns spell out, so that what the document allows and what the server
+/// accepts are the same).
+fn has_text(text: &str) -> bool {
+    text.chars().any(|c| !c.is_whitespace())
+}
+
 /// A JSON body, or a 400 saying what is wrong with it.
 fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
     payload
@@ -107,8 +114,9 @@ pub async fn create_session(
     payload: Result<Json<NewSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let new = body(payload)?;
+    // Control characters anywhere (a trailing tab or vertical tab too), not only inside.
     let name = new.name.trim();
-    if name.is_empty() || name.chars().any(char::is_control) {
+    if !has_text(&new.name) || new.name.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
             "bad_name",
             "a session name is a non-empty line of text",
@@ -178,7 +186,7 @@ pub async fn send_message(
     payload: Result<Json<NewMessage>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let message = body(payload)?;
-    if message.text.trim().is_empty() {
+    if !has_text(&message.text) {
         return Err(ApiError::bad_request("empty_message", "the message has no text"));
     }
     if state.stopping.is_cancelled() {

@@ -343,3 +343,30 @@ async fn the_openapi_document_lists_every_route() {
     }
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_name_with_a_control_character_at_its_end_is_refused() {
+    // Found by schemathesis: trimming took the vertical tab away before the check.
+    let server = Harness::start().await;
+    for name in ["work\u{b}", "\tplan", "a\u{85}b"] {
+        let (status, error) = server.post("/v1/sessions", json!({ "name": name })).await;
+        assert_eq!(
+            (status, &error["error"]["code"]),
+            (400, &json!("bad_name")),
+            "{name:?}"
+        );
+    }
+    let (_, listed) = server.get("/v1/sessions").await;
+    assert_eq!(listed["sessions"], json!([]));
+    // What counts as white space is what the document's patterns spell out.
+    let (status, _) = server.post("/v1/sessions", json!({ "name": "\u{3000}" })).await;
+    assert_eq!(status, 400);
+    let id = server.session("s").await;
+    let (status, error) = server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({ "text": " \u{a0}\u{2029}" }),
+        )
+        .await;
+    assert_eq!((status, &error["error"]["code"]), (400, &json!("empty_message")));
+}

@@ -60,5 +60,5 @@ pub use tool_groups::{TOOL_GROUPS_KEY, ToolGroupRecorder, restore_tool_groups, s
 pub use transfer::{EXPORT_FORMAT, EXPORT_VERSION, SessionExport};
 pub use types::{
     CallRecord, CallStatus, Grant, GrantKind, PendingApproval, PendingApprovals, Recovered, Recovery,
-    SessionId, SessionInfo, UsageTotals,
+    SessionId, SessionInfo, StoredEvent, UsageTotals,
 };

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::{
     CallRecord, Grant, PendingApproval, PendingApprovals, Recovered, SessionId, SessionInfo, StoreError,
-    UsageTotals,
+    StoredEvent, UsageTotals,
 };
 
 /// The right to write one session: one writer per session at a time, across processes.
@@ -215,4 +215,35 @@ pub trait SessionStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// The session's total token use.
     async fn usage(&self, id: &SessionId) -> Result<UsageTotals, StoreError>;
+
+    // ---- the event log (for clients that resume after a restart) ----
+
+    /// Appends events a server handed out (ids increasing, above any stored). The default keeps
+    /// nothing: a store without an event log only lets clients resume within one process.
+    async fn append_events(&self, lease: &Lease, events: &[StoredEvent]) -> Result<(), StoreError> {
+        let _ = (lease, events);
+        Ok(())
+    }
+    /// The stored events after id `after`, oldest first, at most `limit`.
+    async fn events_after(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let _ = (id, after, limit);
+        Ok(Vec::new())
+    }
+    /// The id of the last stored event, and the highest id reserved with
+    /// [`reserve_event_ids`](Self::reserve_event_ids) (0 for none).
+    async fn event_ids(&self, id: &SessionId) -> Result<(u64, u64), StoreError> {
+        let _ = id;
+        Ok((0, 0))
+    }
+    /// Records, before they are handed out, that event ids up to `up_to` may be: a server that
+    /// starts again continues above it, so no client sees one id for two events.
+    async fn reserve_event_ids(&self, lease: &Lease, up_to: u64) -> Result<(), StoreError> {
+        let _ = (lease, up_to);
+        Ok(())
+    }
 }

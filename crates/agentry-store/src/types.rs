@@ -306,3 +306,13 @@ impl Recovery {
             && self.pending_kept.is_empty()
     }
 }
+
+/// An event of a session's log, as a server handed it out (see
+/// [`SessionStore::append_events`](crate::SessionStore::append_events)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Its id: increasing within the session.
+    pub id: u64,
+    /// The event as JSON (the protocol's `AgentEvent`).
+    pub body: String,
+}

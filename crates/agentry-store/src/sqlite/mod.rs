@@ -17,6 +17,7 @@ mod calls;
 #[cfg(feature = "crash-points")]
 mod crash;
 mod derived;
+mod events;
 mod lease;
 mod ops;
 mod rows;
@@ -37,7 +38,7 @@ use serde_json::Value;
 
 use crate::{
     CallRecord, Grant, Lease, PendingApproval, PendingApprovals, Recovered, SessionId, SessionInfo,
-    SessionStore, StoreError, UsageTotals,
+    SessionStore, StoreError, StoredEvent, UsageTotals,
 };
 use lease::Leases;
 pub use schema::SCHEMA_VERSION;
@@ -506,6 +507,35 @@ impl SessionStore for SqliteStore {
     async fn usage(&self, id: &SessionId) -> Result<UsageTotals, StoreError> {
         let id = id.clone();
         self.run(move |conn, ctx| ops::usage(conn, ctx, &id)).await
+    }
+
+    async fn append_events(&self, lease: &Lease, events: &[StoredEvent]) -> Result<(), StoreError> {
+        let id = self.leased(lease)?;
+        let events = events.to_vec();
+        self.run(move |conn, ctx| events::append_events(conn, ctx, &id, &events))
+            .await
+    }
+
+    async fn events_after(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let id = id.clone();
+        self.run(move |conn, ctx| events::events_after(conn, ctx, &id, after, limit))
+            .await
+    }
+
+    async fn event_ids(&self, id: &SessionId) -> Result<(u64, u64), StoreError> {
+        let id = id.clone();
+        self.run(move |conn, ctx| events::event_ids(conn, ctx, &id)).await
+    }
+
+    async fn reserve_event_ids(&self, lease: &Lease, up_to: u64) -> Result<(), StoreError> {
+        let id = self.leased(lease)?;
+        self.run(move |conn, ctx| events::reserve_event_ids(conn, ctx, &id, up_to))
+            .await
     }
 }
 

@@ -25,7 +25,7 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// Times are RFC 3339 UTC text (sortable, readable with the `sqlite3` shell); JSON columns hold
 /// the core's serde shapes (`Msg`, `ToolCallState`, `ApprovalDecision`, `ApprovalRequest`), the
 /// same as the protocol, so an export is those documents as they are.
-const V1: &str = "
+pub(super) const V1: &str = "
 CREATE TABLE sessions (
     id          TEXT PRIMARY KEY,
     name        TEXT NOT NULL UNIQUE,
@@ -102,8 +102,22 @@ CREATE TABLE usage (
 CREATE INDEX usage_session ON usage (session_id);
 ";
 
+/// Version 2: a session's event log, for clients that resume a stream after a restart
+/// (`agentry serve`'s `Last-Event-ID`). `event_ids_reserved` is the highest event id a server
+/// may have handed out: ids are reserved in blocks before use, so a server that died never
+/// hands out an id again that a client may have seen.
+const V2: &str = "
+CREATE TABLE session_events (
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    event_id    INTEGER NOT NULL,
+    body        TEXT NOT NULL,           -- JSON: the protocol's AgentEvent
+    PRIMARY KEY (session_id, event_id)
+) STRICT, WITHOUT ROWID;
+ALTER TABLE sessions ADD COLUMN event_ids_reserved INTEGER NOT NULL DEFAULT 0;
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
 pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {

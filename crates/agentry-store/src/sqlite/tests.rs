@@ -300,3 +300,73 @@ async fn starts_are_written_with_the_messages_in_one_transaction() {
     assert_eq!(added, 0);
     assert_eq!(store.calls(&session.id).await.unwrap().len(), 2);
 }
+
+fn event(id: u64) -> crate::StoredEvent {
+    crate::StoredEvent {
+        id,
+        body: format!(r#"{{"type":"approval_withdrawn","reply_id":"r","call_id":"c{id}"}}"#),
+    }
+}
+
+#[tokio::test]
+async fn the_event_log_keeps_events_in_order_and_the_reserved_ids_only_grow() {
+    let store = SqliteStore::in_memory().unwrap();
+    let (session, lease) = leased(&store, "s").await;
+    assert_eq!(store.event_ids(&session.id).await.unwrap(), (0, 0));
+    store.reserve_event_ids(&lease, 1024).await.unwrap();
+    store
+        .append_events(&lease, &[event(1), event(2), event(3)])
+        .await
+        .unwrap();
+    // An id stored twice (a retried batch) is kept once.
+    store.append_events(&lease, &[event(3), event(5)]).await.unwrap();
+    let after_one: Vec<u64> = store
+        .events_after(&session.id, 1, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(after_one, [2, 3, 5]);
+    assert_eq!(store.events_after(&session.id, 2, 1).await.unwrap(), [event(3)]);
+    store.reserve_event_ids(&lease, 10).await.unwrap();
+    assert_eq!(
+        store.event_ids(&session.id).await.unwrap(),
+        (5, 1024),
+        "never lowered"
+    );
+
+    // The log goes with its session.
+    drop(lease);
+    assert!(store.delete_session(&session.id).await.unwrap());
+    let count: i64 = store.with_conn(|c| {
+        c.query_row("SELECT count(*) FROM session_events", [], |r| r.get(0))
+            .unwrap()
+    });
+    assert_eq!(count, 0);
+}
+
+#[tokio::test]
+async fn a_version_1_database_is_migrated_with_its_sessions_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(schema::V1).unwrap();
+        conn.pragma_update(None, "application_id", schema::APPLICATION_ID)
+            .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute(
+            "INSERT INTO sessions (id, name, created_at, updated_at, config) VALUES ('s1', 'old', \
+             '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z', '{}')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let old = store.session_named("old").await.unwrap().unwrap();
+    assert_eq!(store.event_ids(&old.id).await.unwrap(), (0, 0));
+    let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(SCHEMA_VERSION, 2);
+}
