@@ -37,7 +37,11 @@ try {
   // 1. A streamed reply, with markup that must stay text.
   await page.fill("#prompt", "say hello");
   await page.press("#prompt", "Enter");
-  await page.waitForSelector(".msg.assistant >> text=Hello <script>", WAIT);
+  // The reply streams in pieces: wait for its last piece before reading it.
+  await page.waitForFunction(() => {
+    const t = document.querySelector(".msg.assistant .text");
+    return t && t.textContent.endsWith('onerror="window.__agentryInjected()">');
+  }, null, WAIT);
   check(await page.locator(".msg.user >> text=say hello").count() === 1, "the prompt is shown");
   const hello = await page.textContent(".msg.assistant .text");
   check(hello.includes("<script>window.__agentryInjected()</script>") && hello.includes("<img src=x onerror="), "markup shown as text: " + hello);
