@@ -3,7 +3,7 @@
 //! Ops in, events out, as in the terminal: `POST /v1/sessions/{id}/messages` starts a reply;
 //! `GET /v1/sessions/{id}/events` streams every [`AgentEvent`](agentry::agent::AgentEvent) of
 //! the session in its serialized shape, each with an id (`Last-Event-ID` resumes after a dropped
-//! connection); calls and replies are cancelled and approvals decided with `POST`s. Sessions
+//! connection, or after the server restarted: events are also kept in the store); calls and replies are cancelled and approvals decided with `POST`s. Sessions
 //! live in a [`SessionStore`](agentry_store::SessionStore): the server holds a session's writer
 //! lease from its first message or event stream until it stops.
 //!

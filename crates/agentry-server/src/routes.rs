@@ -145,7 +145,11 @@ pub async fn show_session(State(state): Shared, Path(id): Path<String>) -> Resul
             live.events.last_id(),
             live.is_replying(),
         ),
-        None => (state.store.messages(&id).await?, 0, false),
+        None => {
+            let (last_stored, reserved) = state.store.event_ids(&id).await?;
+            // The id the next event follows once the session loads.
+            (state.store.messages(&id).await?, last_stored.max(reserved), false)
+        }
     };
     let mut shown = session_json(&info, replying);
     shown["messages"] = json!(messages);
@@ -169,6 +173,7 @@ pub async fn delete_session(State(state): Shared, Path(id): Path<String>) -> Res
         }
         // Give the lease back so that the store lets the session go.
         state.unload(&id).await;
+        live.events.close().await;
         drop(live);
     }
     match state.store.delete_session(&id).await? {
@@ -205,7 +210,7 @@ pub async fn send_message(
 }
 
 /// The session's events (server-sent events): every `AgentEvent` as JSON in an event `agent`
-/// with its id; `Last-Event-ID` resumes after that id. A client that falls behind gets an event
+/// with its id; `Last-Event-ID` resumes after that id, also after a server restart. A client that falls behind gets an event
 /// `resume` with its last id, and the stream ends.
 #[utoipa::path(get, path = "/v1/sessions/{id}/events",
     params(("id" = String, Path), ("Last-Event-ID" = Option<u64>, Header, description = "resume after this event")),

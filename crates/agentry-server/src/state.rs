@@ -78,7 +78,7 @@ impl LiveSession {
                     ended.notify_waiters();
                     finished = true;
                 }
-                events.push(&event);
+                events.push(&event).await;
             }
             if let Err(e) = run.finish().await {
                 tracing::warn!(session = %memory.session().name, error = %e, "a reply failed");
@@ -134,10 +134,11 @@ impl AppState {
             .map_err(|e| ApiError::internal(e.to_string()))?;
         agentry_store::restore_grants(&agent, &memory).await?;
         let waiting = !memory.recovery().pending_kept.is_empty();
+        let events = Arc::new(EventLog::durable(&memory).await?);
         let session = Arc::new(LiveSession {
             memory,
             agent,
-            events: Arc::new(EventLog::default()),
+            events,
             replying: Arc::new(AtomicBool::new(false)),
             reply_ended: Arc::new(tokio::sync::Notify::new()),
         });
@@ -171,7 +172,7 @@ impl AppState {
             tracing::warn!("a reply did not end within the grace period");
         }
         for session in &sessions {
-            session.events.close();
+            session.events.close().await;
         }
     }
 

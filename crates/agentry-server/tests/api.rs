@@ -77,6 +77,63 @@ async fn a_reply_streams_as_numbered_events_and_a_dropped_client_resumes_without
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_resumes_with_its_last_event_id_after_the_server_restarts_without_loss_or_duplicates() {
+    let server = Harness::start().await;
+    let id = server.session("restart").await;
+    server
+        .fake
+        .push(Reply::text("Before the restart, in pieces.").chunks(4));
+    // One client drops in the middle of the reply, the other sees all of it.
+    let mut dropped = server.events(&id, None).await;
+    let mut whole = server.events(&id, None).await;
+    server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "hi"}))
+        .await;
+    let dropped_at = dropped.next().await.id.unwrap();
+    dropped.close();
+    let first = whole.reply().await;
+    whole.close();
+    let last = *ids(&first).last().unwrap();
+    let (fake, dir) = server.stop().await;
+
+    let server = Harness::start_with(fake, dir, Security::Loopback).await;
+    let (status, shown) = server.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, 200);
+    assert!(shown["last_event_id"].as_u64().unwrap() >= last, "{shown}");
+    server.fake.push(Reply::text("After the restart."));
+    let mut whole = server.events(&id, Some(last)).await;
+    let mut dropped = server.events(&id, Some(dropped_at)).await;
+    let (status, _) = server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "again"}))
+        .await;
+    assert_eq!(status, 202);
+
+    let second = whole.reply().await;
+    assert_eq!(answer(&second), "After the restart.");
+    let second_ids = ids(&second);
+    assert!(
+        second_ids[0] > last,
+        "ids go on above the ones handed out: {second_ids:?}"
+    );
+    assert!(second_ids.windows(2).all(|w| w[0] < w[1]), "{second_ids:?}");
+
+    // The client that dropped gets what it missed of the first reply from the store (the
+    // message's streamed states are superseded by its final one), then the second reply.
+    let missed = dropped.reply().await;
+    let kept: Vec<&SseEvent> = first
+        .iter()
+        .filter(|e| e.id.unwrap() > dropped_at && !(e.agent_type() == "message" && e.data["last"] == false))
+        .collect();
+    assert_eq!(
+        missed.iter().map(|e| (e.id, &e.data)).collect::<Vec<_>>(),
+        kept.iter().map(|e| (e.id, &e.data)).collect::<Vec<_>>()
+    );
+    assert_eq!(answer(&missed), "Before the restart, in pieces.");
+    assert_eq!(ids(&dropped.reply().await), second_ids);
+    server.fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_are_decided_and_running_calls_cancelled_over_http() {
     let server = Harness::start().await;
     let id = server.session("work").await;
