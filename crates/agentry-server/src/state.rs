@@ -13,7 +13,7 @@ use agentry_store::{PendingApprovals, SessionId, SessionMemory, SessionStore};
 use tokio::sync::Mutex;
 
 use crate::error::ApiError;
-use crate::events::EventLog;
+use crate::events::{EventLog, EventWriter};
 
 /// Starts the agent of a session: its model, tools, prompt and hooks. The server gives it the
 /// session's memory and `CallRecorder`, and restores its grants.
@@ -99,6 +99,8 @@ pub struct AppState {
     /// The tools an agent of this server has (for `GET /v1/tools`).
     pub toolkit: Toolkit,
     live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
+    /// Writes the sessions' events to the store (started with the first session loaded).
+    event_writer: std::sync::OnceLock<EventWriter>,
     /// Cancelled when the server stops: new replies and streams are refused.
     pub stopping: tokio_util::sync::CancellationToken,
 }
@@ -110,6 +112,7 @@ impl AppState {
             factory,
             toolkit,
             live: Mutex::new(HashMap::new()),
+            event_writer: std::sync::OnceLock::new(),
             stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
@@ -134,7 +137,11 @@ impl AppState {
             .map_err(|e| ApiError::internal(e.to_string()))?;
         agentry_store::restore_grants(&agent, &memory).await?;
         let waiting = !memory.recovery().pending_kept.is_empty();
-        let events = Arc::new(EventLog::durable(&memory).await?);
+        let writer = self
+            .event_writer
+            .get_or_init(|| EventWriter::start(Arc::clone(&self.store)))
+            .clone();
+        let events = Arc::new(EventLog::durable(&memory, writer).await?);
         let session = Arc::new(LiveSession {
             memory,
             agent,

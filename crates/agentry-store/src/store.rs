@@ -218,10 +218,12 @@ pub trait SessionStore: Send + Sync {
 
     // ---- the event log (for clients that resume after a restart) ----
 
-    /// Appends events a server handed out (ids increasing, above any stored). The default keeps
-    /// nothing: a store without an event log only lets clients resume within one process.
-    async fn append_events(&self, lease: &Lease, events: &[StoredEvent]) -> Result<(), StoreError> {
-        let _ = (lease, events);
+    /// Appends events a server handed out, for one or more sessions, in one write (ids
+    /// increasing per session; an id already stored is skipped, and so are the events of a
+    /// session deleted meanwhile). The default keeps nothing: a store without an event log
+    /// only lets clients resume within one process.
+    async fn append_events(&self, batches: Vec<(&Lease, Vec<StoredEvent>)>) -> Result<(), StoreError> {
+        let _ = batches;
         Ok(())
     }
     /// The stored events after id `after`, oldest first, at most `limit`.

@@ -1,7 +1,8 @@
 //! The part of a session's event log kept in the store, so that a client resumes with its
 //! `Last-Event-ID` after the server restarts.
 //!
-//! Events are written by a background task in batches, off the reply's path. Ids are reserved
+//! Events are written by one background task for the whole server ([`EventWriter`]), in
+//! batches, off the replies' path. Ids are reserved
 //! in the store in blocks before they are handed out: a server that starts again continues
 //! above every id a client may have seen, even when the last events were never written (the
 //! process was killed). Streamed states of a message (`last == false`) are not kept: the
@@ -14,14 +15,82 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Ids reserved in one store write.
 const RESERVE_BLOCK: u64 = 1_024;
-/// Events written in one transaction, at most.
-const BATCH: usize = 512;
+/// Events read in one page, and written in one transaction, at most.
+const BATCH: usize = 2_048;
 
 /// What the writer task is asked to do.
 enum Write {
-    Event(StoredEvent),
+    Event(Weak<SessionMemory>, StoredEvent),
     /// Answer once everything sent before is written.
     Flush(oneshot::Sender<()>),
+}
+
+/// The server's writer of kept events: one task writes the events of every session, those
+/// that came while it wrote the last ones all in one transaction, so that a busy server commits
+/// (and syncs to disk) a few times per batch, not once per event.
+#[derive(Clone)]
+pub struct EventWriter {
+    requests: mpsc::UnboundedSender<Write>,
+}
+
+impl EventWriter {
+    /// Starts the writer on `store` (within a Tokio runtime). It ends once every copy of it,
+    /// and every log using it, is dropped.
+    pub fn start(store: Arc<dyn SessionStore>) -> Self {
+        let (requests, received) = mpsc::unbounded_channel();
+        tokio::spawn(write_events(store, received));
+        EventWriter { requests }
+    }
+
+    /// Resolves once what was queued before is written.
+    pub async fn flush(&self) {
+        let (done, written) = oneshot::channel();
+        if self.requests.send(Write::Flush(done)).is_ok() {
+            let _ = written.await;
+        }
+    }
+}
+
+/// The writer task.
+async fn write_events(store: Arc<dyn SessionStore>, mut requests: mpsc::UnboundedReceiver<Write>) {
+    let mut flushed = Vec::new();
+    while let Some(first) = requests.recv().await {
+        let mut sessions: Vec<(Arc<SessionMemory>, Vec<StoredEvent>)> = Vec::new();
+        let mut count = 0;
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            match request {
+                Write::Event(memory, event) => {
+                    // A session unloaded since: it is gone from the server, and its events
+                    // from the store.
+                    let Some(memory) = memory.upgrade() else {
+                        continue;
+                    };
+                    count += 1;
+                    match sessions.iter_mut().find(|(m, _)| Arc::ptr_eq(m, &memory)) {
+                        Some((_, events)) => events.push(event),
+                        None => sessions.push((memory, vec![event])),
+                    }
+                }
+                Write::Flush(done) => flushed.push(done),
+            }
+            if count < BATCH {
+                next = requests.try_recv().ok();
+            }
+        }
+        if !sessions.is_empty() {
+            let batches = sessions
+                .iter_mut()
+                .map(|(memory, events)| (memory.lease(), std::mem::take(events)))
+                .collect();
+            if let Err(e) = store.append_events(batches).await {
+                tracing::warn!(error = %e, "events were not kept for clients that resume after a restart");
+            }
+        }
+        for done in flushed.drain(..) {
+            let _ = done.send(());
+        }
+    }
 }
 
 /// The store side of one session's event log.
@@ -30,26 +99,25 @@ pub(super) struct DurableLog {
     memory: Weak<SessionMemory>,
     store: Arc<dyn SessionStore>,
     session: SessionId,
-    writer: mpsc::UnboundedSender<Write>,
-    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    writer: EventWriter,
     /// The highest id the store lets this process hand out.
     reserved: tokio::sync::Mutex<u64>,
 }
 
 impl DurableLog {
     /// Opens the log of `memory`'s session; also gives the id the next event gets.
-    pub(super) async fn open(memory: &Arc<SessionMemory>) -> Result<(Self, u64), StoreError> {
+    pub(super) async fn open(
+        memory: &Arc<SessionMemory>,
+        writer: EventWriter,
+    ) -> Result<(Self, u64), StoreError> {
         let store = Arc::clone(memory.store());
         let session = memory.session().id.clone();
         let (last_stored, reserved) = store.event_ids(&session).await?;
-        let (writer, requests) = mpsc::unbounded_channel();
-        let task = tokio::spawn(write_events(Arc::downgrade(memory), requests));
         let log = DurableLog {
             memory: Arc::downgrade(memory),
             store,
             session,
             writer,
-            task: std::sync::Mutex::new(Some(task)),
             reserved: tokio::sync::Mutex::new(reserved),
         };
         Ok((log, last_stored.max(reserved) + 1))
@@ -73,8 +141,11 @@ impl DurableLog {
 
     /// Queues `event` for the store.
     pub(super) fn keep(&self, event: StoredEvent) {
-        // The writer ends only when the log is finished: nothing is kept after that.
-        let _ = self.writer.send(Write::Event(event));
+        // The writer ends only when nothing can send to it any more.
+        let _ = self
+            .writer
+            .requests
+            .send(Write::Event(self.memory.clone(), event));
     }
 
     /// Reads kept events; see [`StoredEvents`].
@@ -89,55 +160,9 @@ impl DurableLog {
         }
     }
 
-    /// Writes what is queued and stops the writer.
-    pub(super) async fn finish(&self) {
-        flush(&self.writer).await;
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(task) = task {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-}
-
-/// Resolves once the writer has written what was queued before (at once if it has ended).
-async fn flush(writer: &mpsc::UnboundedSender<Write>) {
-    let (done, written) = oneshot::channel();
-    if writer.send(Write::Flush(done)).is_ok() {
-        let _ = written.await;
-    }
-}
-
-/// The writer task: batches what is queued into one transaction each.
-async fn write_events(memory: Weak<SessionMemory>, mut requests: mpsc::UnboundedReceiver<Write>) {
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut flushed = Vec::new();
-    while let Some(first) = requests.recv().await {
-        let mut next = Some(first);
-        while let Some(request) = next.take() {
-            match request {
-                Write::Event(event) => batch.push(event),
-                Write::Flush(done) => flushed.push(done),
-            }
-            if batch.len() < BATCH {
-                next = requests.try_recv().ok();
-            }
-        }
-        if !batch.is_empty() {
-            match memory.upgrade() {
-                Some(memory) => {
-                    if let Err(e) = memory.store().append_events(memory.lease(), &batch).await {
-                        tracing::warn!(session = %memory.session().name, error = %e,
-                            "events were not kept for clients that resume after a restart");
-                    }
-                }
-                None => tracing::debug!("the session was unloaded: its last events are not kept"),
-            }
-            batch.clear();
-        }
-        for done in flushed.drain(..) {
-            let _ = done.send(());
-        }
+    /// Resolves once the log's events are written.
+    pub(super) async fn flush(&self) {
+        self.writer.flush().await;
     }
 }
 
@@ -146,7 +171,7 @@ async fn write_events(memory: Weak<SessionMemory>, mut requests: mpsc::Unbounded
 pub(super) struct StoredEvents {
     store: Arc<dyn SessionStore>,
     session: SessionId,
-    writer: mpsc::UnboundedSender<Write>,
+    writer: EventWriter,
     after: u64,
     before: u64,
     flushed: bool,
@@ -160,7 +185,7 @@ impl StoredEvents {
         }
         if !self.flushed {
             // Events this process numbered below `before` may still be queued.
-            flush(&self.writer).await;
+            self.writer.flush().await;
             self.flushed = true;
         }
         let mut page = self.store.events_after(&self.session, self.after, BATCH).await?;

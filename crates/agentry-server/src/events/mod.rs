@@ -20,6 +20,7 @@ use axum::response::sse::Event;
 use futures::Stream;
 use tokio::sync::broadcast;
 
+pub use durable::EventWriter;
 use durable::{DurableLog, StoredEvents};
 
 /// Events kept for reconnecting clients, per session.
@@ -87,8 +88,8 @@ impl EventLog {
 
     /// The log of `memory`'s session, also kept in its store: ids continue above every id
     /// handed out before, by this process or an earlier one.
-    pub async fn durable(memory: &Arc<SessionMemory>) -> Result<Self, StoreError> {
-        let (durable, next_id) = DurableLog::open(memory).await?;
+    pub async fn durable(memory: &Arc<SessionMemory>, writer: EventWriter) -> Result<Self, StoreError> {
+        let (durable, next_id) = DurableLog::open(memory, writer).await?;
         Ok(EventLog::starting_at(next_id, Some(durable)))
     }
 
@@ -137,7 +138,7 @@ impl EventLog {
     /// was pushed so far; later streams send what is kept and end.
     pub async fn close(&self) {
         if let Some(durable) = &self.durable {
-            durable.finish().await;
+            durable.flush().await;
         }
         let mut backlog = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         backlog.closed = true;
@@ -326,8 +327,9 @@ mod tests {
         let info = store.create_session("s", &serde_json::json!({})).await.unwrap();
         let open = || async { Arc::new(SessionMemory::open(Arc::clone(&store), &info.id).await.unwrap()) };
 
+        let writer = EventWriter::start(Arc::clone(&store));
         let memory = open().await;
-        let log = EventLog::durable(&memory).await.unwrap();
+        let log = EventLog::durable(&memory, writer.clone()).await.unwrap();
         for n in 1..=3 {
             log.push(&event(n)).await;
         }
@@ -342,11 +344,11 @@ mod tests {
         assert_eq!(kept.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3, 5]);
 
         // The process dies before it writes its last events: the next one numbers above them.
-        let log = EventLog::durable(&memory).await.unwrap();
+        let log = EventLog::durable(&memory, writer.clone()).await.unwrap();
         log.push(&event(6)).await;
         drop((log, memory));
         let memory = open().await;
-        let log = EventLog::durable(&memory).await.unwrap();
+        let log = EventLog::durable(&memory, writer.clone()).await.unwrap();
         assert!(log.last_id() >= 6, "{}", log.last_id());
         // A client that saw event 6 resumes; one that saw 2 gets the kept events after it.
         let text = {

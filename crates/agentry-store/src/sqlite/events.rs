@@ -7,29 +7,38 @@ use super::Ctx;
 use super::ops::{commit, snapshot, write_tx};
 use crate::{SessionId, StoreError, StoredEvent};
 
-/// Appends `events` (ids increasing, above any stored) in one transaction.
+/// Appends each session's events, all in one transaction.
 pub(super) fn append_events(
     conn: &mut Connection,
     ctx: &Ctx,
-    id: &SessionId,
-    events: &[StoredEvent],
+    batches: &[(SessionId, Vec<StoredEvent>)],
 ) -> Result<(), StoreError> {
     let tx = write_tx(conn, ctx)?;
     {
+        let mut exists = tx
+            .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+            .map_err(|e| ctx.err(e))?;
         let mut insert = tx
             .prepare_cached(
                 "INSERT INTO session_events (session_id, event_id, body) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session_id, event_id) DO NOTHING",
             )
             .map_err(|e| ctx.err(e))?;
-        for event in events {
-            let event_id = i64::try_from(event.id).map_err(|_| StoreError::Encode {
-                what: "event id",
-                detail: format!("{} is too large", event.id),
-            })?;
-            insert
-                .execute(params![id.as_str(), event_id, event.body])
-                .map_err(|e| ctx.err(e))?;
+        for (id, events) in batches {
+            // A session deleted since its events were handed out: they go with it, and the
+            // other sessions' events are still written.
+            if !exists.exists([id.as_str()]).map_err(|e| ctx.err(e))? {
+                continue;
+            }
+            for event in events {
+                let event_id = i64::try_from(event.id).map_err(|_| StoreError::Encode {
+                    what: "event id",
+                    detail: format!("{} is too large", event.id),
+                })?;
+                insert
+                    .execute(params![id.as_str(), event_id, event.body])
+                    .map_err(|e| ctx.err(e))?;
+            }
         }
     }
     commit(tx, ctx)

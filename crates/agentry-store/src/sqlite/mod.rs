@@ -509,10 +509,12 @@ impl SessionStore for SqliteStore {
         self.run(move |conn, ctx| ops::usage(conn, ctx, &id)).await
     }
 
-    async fn append_events(&self, lease: &Lease, events: &[StoredEvent]) -> Result<(), StoreError> {
-        let id = self.leased(lease)?;
-        let events = events.to_vec();
-        self.run(move |conn, ctx| events::append_events(conn, ctx, &id, &events))
+    async fn append_events(&self, batches: Vec<(&Lease, Vec<StoredEvent>)>) -> Result<(), StoreError> {
+        let batches = batches
+            .into_iter()
+            .map(|(lease, events)| Ok((self.leased(lease)?, events)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.run(move |conn, ctx| events::append_events(conn, ctx, &batches))
             .await
     }
 

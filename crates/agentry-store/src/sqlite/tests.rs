@@ -314,12 +314,28 @@ async fn the_event_log_keeps_events_in_order_and_the_reserved_ids_only_grow() {
     let (session, lease) = leased(&store, "s").await;
     assert_eq!(store.event_ids(&session.id).await.unwrap(), (0, 0));
     store.reserve_event_ids(&lease, 1024).await.unwrap();
+    let (other, other_lease) = leased(&store, "t").await;
     store
-        .append_events(&lease, &[event(1), event(2), event(3)])
+        .append_events(vec![
+            (&lease, vec![event(1), event(2), event(3)]),
+            (&other_lease, vec![event(1)]),
+        ])
         .await
         .unwrap();
-    // An id stored twice (a retried batch) is kept once.
-    store.append_events(&lease, &[event(3), event(5)]).await.unwrap();
+    assert_eq!(store.event_ids(&other.id).await.unwrap(), (1, 0));
+    // An id stored twice (a retried batch) is kept once; a session deleted meanwhile does not
+    // keep the others' events from being written.
+    store.with_conn(|c| {
+        c.execute("DELETE FROM sessions WHERE id = ?1", [other.id.as_str()])
+            .unwrap()
+    });
+    store
+        .append_events(vec![
+            (&other_lease, vec![event(2)]),
+            (&lease, vec![event(3), event(5)]),
+        ])
+        .await
+        .unwrap();
     let after_one: Vec<u64> = store
         .events_after(&session.id, 1, 10)
         .await
