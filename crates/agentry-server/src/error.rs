@@ -3,7 +3,8 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+
+use crate::openapi::{ErrorBody, ErrorDetail};
 
 /// An API error: nothing was changed by the request that got it.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +69,12 @@ impl From<agentry_store::StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+            },
+        };
         (self.status, Json(body)).into_response()
     }
 }

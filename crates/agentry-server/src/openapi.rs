@@ -1,6 +1,10 @@
-//! The OpenAPI document (`GET /openapi.json`), generated from the routes' annotations and the
-//! types below.
+//! The API's bodies, and the OpenAPI document (`GET /openapi.json`) generated from the routes'
+//! annotations and these types: the routes answer with them, so that the document and the
+//! answers cannot drift apart.
 
+use agentry::message::Msg;
+use agentry_store::{CallRecord, PendingApproval, SessionInfo};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{Modify, OpenApi, ToSchema};
 
@@ -36,12 +40,28 @@ pub struct SessionSummary {
     pub id: String,
     pub name: String,
     /// RFC 3339.
-    pub created_at: String,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
     /// RFC 3339.
-    pub updated_at: String,
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: DateTime<Utc>,
     pub message_count: u64,
     /// Whether a reply runs now.
     pub replying: bool,
+}
+
+impl SessionSummary {
+    /// The summary of the session `info`.
+    pub fn new(info: &SessionInfo, replying: bool) -> Self {
+        SessionSummary {
+            id: info.id.to_string(),
+            name: info.name.clone(),
+            created_at: info.created_at,
+            updated_at: info.updated_at,
+            message_count: info.message_count,
+            replying,
+        }
+    }
 }
 
 /// `GET /v1/sessions`.
@@ -53,21 +73,17 @@ pub struct SessionList {
 /// `GET /v1/sessions/{id}`: the summary's fields and the session's content.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SessionDetail {
-    pub id: String,
-    pub name: String,
-    pub created_at: String,
-    pub updated_at: String,
-    pub message_count: u64,
-    pub replying: bool,
+    #[serde(flatten)]
+    pub summary: SessionSummary,
     /// The messages, in order (the protocol's `Msg`).
     #[schema(value_type = Vec<Object>)]
-    pub messages: Vec<serde_json::Value>,
+    pub messages: Vec<Msg>,
     /// A record per tool call (state, decision, times).
     #[schema(value_type = Vec<Object>)]
-    pub calls: Vec<serde_json::Value>,
+    pub calls: Vec<CallRecord>,
     /// Calls waiting for a decision, with the question.
     #[schema(value_type = Vec<Object>)]
-    pub pending_approvals: Vec<serde_json::Value>,
+    pub pending_approvals: Vec<PendingApproval>,
     /// The id of the session's last event (0 before any): stream events after it.
     pub last_event_id: u64,
 }
@@ -82,8 +98,21 @@ pub struct ReplyStarted {
 /// The answer to a cancel or a decision.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Outcome {
-    /// `cancelled`, `already_cancelled`, `timing_out` or `decided`.
-    pub outcome: String,
+    pub outcome: OutcomeKind,
+}
+
+/// What a cancel or a decision did.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    /// The call or reply is being cancelled.
+    Cancelled,
+    /// It was cancelled before: nothing changed.
+    AlreadyCancelled,
+    /// The call's time ran out before the cancel: it ends as timed out.
+    TimingOut,
+    /// The approval was answered.
+    Decided,
 }
 
 /// A tool as the model sees it.
@@ -107,14 +136,14 @@ pub struct ToolList {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     /// `ok`.
-    pub status: String,
+    pub status: &'static str,
 }
 
 /// What every error answer holds.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Machine-readable: `session_not_found`, `reply_running`, `not_pending`, `bad_body`, ...
-    pub code: String,
+    pub code: &'static str,
     /// For people.
     pub message: String,
 }

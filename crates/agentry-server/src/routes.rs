@@ -5,7 +5,7 @@ use std::sync::Arc;
 use agentry::ReActAgent;
 use agentry::message::Msg;
 use agentry::tool::{ApprovalDecision, CancelOutcome};
-use agentry_store::{SessionId, SessionInfo};
+use agentry_store::SessionId;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -13,13 +13,13 @@ use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::ApiError;
 use crate::events::ResumeError;
 use crate::openapi::{
-    ApiDoc, DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, ReplyStarted, SessionDetail,
-    SessionList, SessionSummary, ToolList,
+    ApiDoc, DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, OutcomeKind, ReplyStarted,
+    SessionDetail, SessionList, SessionSummary, ToolInfo, ToolList,
 };
 use crate::state::AppState;
 
@@ -43,7 +43,7 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// Liveness.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health), (status = 401, body = ErrorBody)))]
 pub async fn health() -> Json<Health> {
-    Json(Health { status: "ok".into() })
+    Json(Health { status: "ok" })
 }
 
 /// This document.
@@ -65,45 +65,36 @@ fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request("bad_body", e.body_text()))
 }
 
-fn session_json(info: &SessionInfo, replying: bool) -> Value {
-    json!({
-        "id": info.id,
-        "name": info.name,
-        "created_at": info.created_at,
-        "updated_at": info.updated_at,
-        "message_count": info.message_count,
-        "replying": replying,
-    })
+fn outcome(outcome: OutcomeKind) -> Json<Outcome> {
+    Json(Outcome { outcome })
 }
 
 /// The tools an agent of this server has.
 #[utoipa::path(get, path = "/v1/tools", responses((status = 200, body = ToolList), (status = 401, body = ErrorBody)))]
-pub async fn tools(State(state): Shared) -> Json<Value> {
+pub async fn tools(State(state): Shared) -> Json<ToolList> {
     let toolkit = &state.toolkit;
-    let tools: Vec<Value> = toolkit
+    let tools = toolkit
         .json_schemas()
         .iter()
-        .map(|schema| {
-            json!({
-                "name": schema.name,
-                "description": schema.description,
-                "parameters": schema.parameters,
-                "requires_approval": toolkit.policy(&schema.name).require_approval,
-            })
+        .map(|schema| ToolInfo {
+            name: schema.name.clone(),
+            description: schema.description.clone(),
+            parameters: schema.parameters.clone(),
+            requires_approval: toolkit.policy(&schema.name).require_approval,
         })
         .collect();
-    Json(json!({ "tools": tools }))
+    Json(ToolList { tools })
 }
 
 /// The sessions, most recently used first.
 #[utoipa::path(get, path = "/v1/sessions", responses((status = 200, body = SessionList), (status = 401, body = ErrorBody)))]
-pub async fn list_sessions(State(state): Shared) -> Result<Json<Value>, ApiError> {
+pub async fn list_sessions(State(state): Shared) -> Result<Json<SessionList>, ApiError> {
     let mut sessions = Vec::new();
     for info in state.store.sessions().await? {
         let replying = state.loaded(&info.id).await.is_some_and(|s| s.is_replying());
-        sessions.push(session_json(&info, replying));
+        sessions.push(SessionSummary::new(&info, replying));
     }
-    Ok(Json(json!({ "sessions": sessions })))
+    Ok(Json(SessionList { sessions }))
 }
 
 /// Creates a session.
@@ -126,13 +117,16 @@ pub async fn create_session(
         .store
         .create_session(name, &json!({"agent": "agentry-server"}))
         .await?;
-    Ok((StatusCode::CREATED, Json(session_json(&info, false))).into_response())
+    Ok((StatusCode::CREATED, Json(SessionSummary::new(&info, false))).into_response())
 }
 
 /// A session with its messages, calls and pending approvals.
 #[utoipa::path(get, path = "/v1/sessions/{id}", params(("id" = String, Path)),
     responses((status = 200, body = SessionDetail), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn show_session(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn show_session(
+    State(state): Shared,
+    Path(id): Path<String>,
+) -> Result<Json<SessionDetail>, ApiError> {
     let id = SessionId::new(id);
     let Some(info) = state.store.session(&id).await? else {
         return Err(ApiError::no_session(id.as_str()));
@@ -151,12 +145,13 @@ pub async fn show_session(State(state): Shared, Path(id): Path<String>) -> Resul
             (state.store.messages(&id).await?, last_stored.max(reserved), false)
         }
     };
-    let mut shown = session_json(&info, replying);
-    shown["messages"] = json!(messages);
-    shown["calls"] = json!(state.store.calls(&id).await?);
-    shown["pending_approvals"] = json!(state.store.pending_approvals(&id).await?);
-    shown["last_event_id"] = json!(last_event_id);
-    Ok(Json(shown))
+    Ok(Json(SessionDetail {
+        summary: SessionSummary::new(&info, replying),
+        messages,
+        calls: state.store.calls(&id).await?,
+        pending_approvals: state.store.pending_approvals(&id).await?,
+        last_event_id,
+    }))
 }
 
 /// Deletes a session (not while a reply runs).
@@ -206,7 +201,7 @@ pub async fn send_message(
             "a reply runs in this session: wait for its end or cancel it",
         ));
     }
-    Ok((StatusCode::ACCEPTED, Json(json!({ "events_after": after }))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(ReplyStarted { events_after: after })).into_response())
 }
 
 /// The session's events (server-sent events): every `AgentEvent` as JSON in an event `agent`
@@ -252,12 +247,12 @@ pub async fn events(
 /// Cancels the running reply.
 #[utoipa::path(post, path = "/v1/sessions/{id}/cancel", params(("id" = String, Path)),
     responses((status = 200, body = Outcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
     let live = loaded_or_404(&state, &id).await?;
     match live.agent.handle().cancel_reply() {
-        CancelOutcome::Cancelled => Ok(Json(json!({"outcome": "cancelled"}))),
-        CancelOutcome::AlreadyCancelled => Ok(Json(json!({"outcome": "already_cancelled"}))),
+        CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
+        CancelOutcome::AlreadyCancelled => Ok(outcome(OutcomeKind::AlreadyCancelled)),
         _ => Err(ApiError::conflict(
             "not_replying",
             "no reply runs in this session",
@@ -271,20 +266,18 @@ pub async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Resul
 pub async fn cancel_call(
     State(state): Shared,
     Path((id, call_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
     let live = loaded_or_404(&state, &id).await?;
     match live.agent.handle().cancel_call(call_id.as_str()) {
-        CancelOutcome::Cancelled => Ok(Json(json!({"outcome": "cancelled"}))),
+        CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
         // A second cancel while the call winds down changes nothing, and says so (C2).
-        CancelOutcome::AlreadyCancelled if live.is_replying() => {
-            Ok(Json(json!({"outcome": "already_cancelled"})))
-        }
+        CancelOutcome::AlreadyCancelled if live.is_replying() => Ok(outcome(OutcomeKind::AlreadyCancelled)),
         CancelOutcome::AlreadyCancelled => Err(ApiError::conflict(
             "call_finished",
             format!("the call {call_id:?} has ended (cancelled)"),
         )),
-        CancelOutcome::AlreadyTimingOut => Ok(Json(json!({"outcome": "timing_out"}))),
+        CancelOutcome::AlreadyTimingOut => Ok(outcome(OutcomeKind::TimingOut)),
         CancelOutcome::AlreadyFinished(state) => Err(ApiError::conflict(
             "call_finished",
             format!(
@@ -307,7 +300,7 @@ pub async fn decide(
     State(state): Shared,
     Path((id, call_id)): Path<(String, String)>,
     payload: Result<Json<ApprovalDecision>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Outcome>, ApiError> {
     let decision = body(payload)?;
     let id = SessionId::new(id);
     let live = loaded_or_404(&state, &id).await?;
@@ -315,7 +308,7 @@ pub async fn decide(
         .handle()
         .decide(call_id.as_str(), decision)
         .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
-    Ok(Json(json!({"outcome": "decided"})))
+    Ok(outcome(OutcomeKind::Decided))
 }
 
 fn stopping() -> ApiError {
