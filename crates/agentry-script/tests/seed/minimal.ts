@@ -1,0 +1,8 @@
+const executeTool = async () => {
+  await doSomethingSlow()
+
+  return {
+    success: true,
+    message: "Operation completed."
+  }
+}
