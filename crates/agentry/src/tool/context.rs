@@ -142,10 +142,7 @@ impl ToolContext {
         self.inner.user_action
     }
 
-    /// How long the call may go on after a cancel before the runtime stops waiting for it: a
-    /// tool that cannot be interrupted at an await point (a script engine, a child process)
-    /// stops it by force once this has passed.
-    pub fn cancel_grace(&self) -> Duration {
+    pub(crate) fn cancel_grace(&self) -> Duration {
         self.inner.cancel_grace
     }
 }
