@@ -213,6 +213,11 @@ pub struct ConfigFile {
     pub max_iters: Option<usize>,
     /// Whether tool calls written as text run as calls (default true; `--no-tool-shim`).
     pub tool_shim: Option<bool>,
+    /// Folders of script tools (`assistant_tool.json` + code), besides `--tools-dir`.
+    #[serde(default)]
+    pub tools_dirs: Vec<PathBuf>,
+    /// Script tools whose manifest asks for the network may use it (`--allow-script-network`).
+    pub allow_script_network: Option<bool>,
 }
 
 /// Whether the tool shim is on: `--no-tool-shim` turns it off, else the file's `tool_shim`.

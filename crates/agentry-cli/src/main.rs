@@ -15,6 +15,7 @@ mod sanitize;
 mod serve;
 mod session;
 mod sessions;
+mod tools;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -70,6 +71,8 @@ enum Command {
     Model(models::ModelArgs),
     /// The conversations kept by `--session`: list, show, export, import, delete.
     Sessions(sessions::SessionsArgs),
+    /// The script tools (`--tools-dir`): list them, with the ones that do not load.
+    Tools(tools::ToolsArgs),
     /// Serve the agent over HTTP: sessions, replies with a live event stream, cancel and
     /// approval (loopback only unless given a token).
     Serve(serve::ServeArgs),
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
             Command::Eval(args) => eval::eval(args).await,
             Command::Sessions(args) => sessions::sessions(args).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Tools(args) => tools::tools(args),
         }
     });
     // A cancelled tool may still be unwinding on a blocking thread; do not wait long for it.

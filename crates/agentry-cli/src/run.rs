@@ -26,6 +26,18 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// Exit code after SIGTERM (128 + SIGTERM).
 pub const EXIT_TERMINATED: u8 = 143;
 
+/// Where script tools come from, and what they may do.
+#[derive(Debug, Args, Default)]
+pub struct ScriptArgs {
+    /// A folder of script tools: each subfolder with an assistant_tool.json and its code
+    /// (assistant_tool.tsx, .ts or .js) is one tool (repeatable; also `tools_dirs` in the config)
+    #[arg(long = "tools-dir", value_name = "DIR")]
+    pub tools_dirs: Vec<PathBuf>,
+    /// Let script tools whose manifest sets "network": true use fetch
+    #[arg(long)]
+    pub allow_script_network: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// What to ask the agent
@@ -58,6 +70,8 @@ pub struct AgentArgs {
     /// Do not read the default MCP config file
     #[arg(long)]
     pub no_mcp: bool,
+    #[command(flatten)]
+    pub scripts: ScriptArgs,
     /// After the reply, print what the local model did: load time, tokens, tokens per second
     #[arg(long, short = 'v')]
     pub verbose: bool,
@@ -289,6 +303,14 @@ pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe
     let servers = load_mcp_servers(args.mcp_config.as_deref(), args.no_mcp)?;
     let toolkit = Toolkit::new();
     register_builtin_tools(&toolkit, &workdir)?;
+    let mut scripts = crate::tools::load_script_tools(&args.scripts, &file);
+    scripts.register(&toolkit);
+    for error in &scripts.errors {
+        eprintln!(
+            "warning: a script tool was not loaded: {}",
+            sanitize::multiline(&error.to_string())
+        );
+    }
     let mcp = McpServers::start(&servers, &toolkit).await;
     let shim = tool_shim(&args.model, &file);
     let system = args

@@ -10,6 +10,7 @@ mod interactive;
 mod local_model;
 mod mcp;
 mod run;
+mod scripts;
 mod serve;
 mod sessions;
 mod terminal;
