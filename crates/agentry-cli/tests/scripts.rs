@@ -3,8 +3,9 @@
 use crate::common;
 
 use agentry_testkit::{Call, FakeLlm, Reply};
-use common::{agentry, run_args, text, tool_message};
-use serde_json::Value;
+use common::program::Program;
+use common::{agentry, chat_args, run_args, text, tool_message};
+use serde_json::{Value, json};
 
 fn write_tool(root: &std::path::Path, id: &str, manifest: &str, file: &str, code: &str) {
     let dir = root.join(id);
@@ -97,4 +98,129 @@ async fn tools_list_shows_the_tools_and_why_the_others_do_not_load() {
     let shown = text(&out.stdout);
     assert!(shown.starts_with("greet (Greet): Greets someone."), "{shown}");
     assert!(shown.contains("✗ ") && shown.contains("\"float\""), "{shown}");
+}
+
+/// A script tool that asks before it runs: its question comes from the script.
+fn note_tool(root: &std::path::Path) {
+    write_tool(
+        root,
+        "save_note",
+        r#"{"id": "save_note", "description": "Saves a note.",
+            "parameters": [{"name": "text", "type": "string"}], "requireApproval": true}"#,
+        "assistant_tool.ts",
+        r#"AssistantTool.registerApprovalRequest(async (p: { text: string }) => ({ message: `Save the note "${p.text}"?` }))
+           AssistantTool.registerExecuteToolWithApproval(async (p: { text: string }, action) =>
+             action.primaryConfirmed ? { success: true, message: `saved ${p.text}` } : { success: false, message: "not saved" })"#,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_asks_the_scripts_approval_question_and_runs_it_once_approved() {
+    let work = tempfile::tempdir().unwrap();
+    let tools = tempfile::tempdir().unwrap();
+    note_tool(tools.path());
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "n",
+        "save_note",
+        r#"{"text": "hi"}"#,
+    )]));
+    fake.push(Reply::text("Saved."));
+    let mut args = chat_args(&fake.base_url(), work.path());
+    args.extend(["--tools-dir".to_owned(), tools.path().display().to_string()]);
+    let mut program = Program::start(&args, work.path());
+    program.type_line("save a note saying hi");
+    program.stderr_has("Save the note \"hi\"?").await;
+    program.type_line("y");
+    program.stdout_has("Saved.").await;
+    program.close_stdin();
+    let (status, _, err) = program.finish().await;
+    assert!(status.success(), "{err}");
+    assert_eq!(tool_message(&fake, 1, "n"), "saved hi");
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_offers_the_script_tools_and_runs_them() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let tools = tempfile::tempdir().unwrap();
+    greet_tool(tools.path());
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("g", "greet", r#"{"name": "Bo"}"#)]));
+    fake.push(Reply::text("Greeted."));
+    let db = home.join("s.db").display().to_string();
+    let tools_dir = tools.path().display().to_string();
+    let mut args = run_args(
+        &fake.base_url(),
+        home,
+        &[
+            "--no-mcp",
+            "--db",
+            &db,
+            "--tools-dir",
+            &tools_dir,
+            "--addr",
+            "127.0.0.1:0",
+        ],
+        "",
+    );
+    args.pop();
+    args[0] = "serve".into();
+    let server = Program::start(&args, home);
+    server.stderr_has(" (Ctrl-C").await;
+    let said = server.stderr_so_far();
+    let base = said
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let listed: Value = serde_json::from_str(
+        &client
+            .get(format!("{base}/v1/tools"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "greet"),
+        "{listed}"
+    );
+    let created = client
+        .post(format!("{base}/v1/sessions"))
+        .header("content-type", "application/json")
+        .body(json!({"name": "s"}).to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let created: Value = serde_json::from_str(&created).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let sent = client
+        .post(format!("{base}/v1/sessions/{id}/messages"))
+        .header("content-type", "application/json")
+        .body(json!({"text": "greet Bo"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status().as_u16(), 202);
+    fake.wait_for_requests(2).await;
+    assert_eq!(tool_message(&fake, 1, "g"), "Hello, Bo!");
+    server.terminate();
+    let (status, _, err) = server.finish().await;
+    assert!(status.success(), "{err}");
+    fake.assert_no_violations();
 }
