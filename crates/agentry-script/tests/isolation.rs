@@ -240,3 +240,42 @@ async fn fetch_needs_the_manifest_and_the_user() {
         }
     }
 }
+
+/// T1 for a script: the manifest's `timeoutSeconds` stops a call that runs too long, with its
+/// `onCancel` text, even when it never yields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t1_the_manifests_timeout_stops_a_script_that_runs_too_long() {
+    let dirs = ToolDirs::new();
+    dirs.add(
+        "slow",
+        json!({"timeoutSeconds": 0.2}),
+        "assistant_tool.js",
+        r#"AssistantTool.registerExecuteTool(async () => {
+             AssistantTool.onCancel = () => "gave up after the time limit"
+             while (true) {}
+           })"#,
+    );
+    let out = run_calls(
+        &dirs,
+        &ScriptSettings::default(),
+        vec![Call::new("s", "slow", "{}")],
+        |b| b,
+        |_, _| {},
+    )
+    .await;
+    assert!(
+        matches!(
+            finished(&out.events, "s"),
+            ToolCallState::TimedOut { partial: true }
+        ),
+        "{:?}",
+        finished(&out.events, "s")
+    );
+    let text = tool_message(&out.fake, 1, "s");
+    assert!(
+        text.starts_with("This tool call timed out after 0.2 s")
+            && text.ends_with("\ngave up after the time limit"),
+        "{text}"
+    );
+    assert!(idle_within(&out.tools, Duration::from_secs(10)).await);
+}
