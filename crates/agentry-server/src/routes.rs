@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::events::ResumeError;
+use crate::events::{ResumeError, last_handed_out};
 use crate::openapi::{
     ApiDoc, DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, OutcomeKind, ReplyStarted,
     SessionDetail, SessionList, SessionSummary, ToolInfo, ToolList,
@@ -140,9 +140,8 @@ pub async fn show_session(
             live.is_replying(),
         ),
         None => {
-            let (last_stored, reserved) = state.store.event_ids(&id).await?;
-            // The id the next event follows once the session loads.
-            (state.store.messages(&id).await?, last_stored.max(reserved), false)
+            let last = last_handed_out(state.store.event_ids(&id).await?);
+            (state.store.messages(&id).await?, last, false)
         }
     };
     Ok(Json(SessionDetail {

@@ -104,6 +104,13 @@ pub(super) struct DurableLog {
     reserved: tokio::sync::Mutex<u64>,
 }
 
+/// The highest event id a session may have handed out, by this process or an earlier one, from
+/// its [`SessionStore::event_ids`]: reserved ids count, as they may have been seen and never
+/// written. The next event's id follows it.
+pub(crate) fn last_handed_out((last_stored, reserved): (u64, u64)) -> u64 {
+    last_stored.max(reserved)
+}
+
 impl DurableLog {
     /// Opens the log of `memory`'s session; also gives the id the next event gets.
     pub(super) async fn open(
@@ -112,7 +119,8 @@ impl DurableLog {
     ) -> Result<(Self, u64), StoreError> {
         let store = Arc::clone(memory.store());
         let session = memory.session().id.clone();
-        let (last_stored, reserved) = store.event_ids(&session).await?;
+        let ids = store.event_ids(&session).await?;
+        let reserved = ids.1;
         let log = DurableLog {
             memory: Arc::downgrade(memory),
             store,
@@ -120,7 +128,7 @@ impl DurableLog {
             writer,
             reserved: tokio::sync::Mutex::new(reserved),
         };
-        Ok((log, last_stored.max(reserved) + 1))
+        Ok((log, last_handed_out(ids) + 1))
     }
 
     /// Makes sure the store has reserved id `id` before it is handed out.

@@ -21,6 +21,7 @@ use futures::Stream;
 use tokio::sync::broadcast;
 
 pub use durable::EventWriter;
+pub(crate) use durable::last_handed_out;
 use durable::{DurableLog, StoredEvents};
 
 /// Events kept for reconnecting clients, per session.
