@@ -229,19 +229,12 @@ impl ScriptTool {
 
     /// Runs `entry` on this thread, briefly, without network or call context.
     fn run_quick(&self, entry: Entry, args: &Map<String, Value>) -> Result<Option<Value>, ScriptError> {
-        engine::run(Run {
-            program: self.inner.program.clone(),
-            limits: Limits {
-                network: false,
-                ..self.inner.limits
-            },
+        run_quick(
+            &self.inner.program,
+            self.inner.limits,
             entry,
-            params: Value::Object(args.clone()),
-            ctx: None,
-            signals: Arc::new(Signals::new(Some(Instant::now() + QUICK_RUN))),
-            wake: mpsc::channel(),
-            tokio: None,
-        })
+            Value::Object(args.clone()),
+        )
     }
 
     /// The code's approval request (A5), as the dialog shows it.
@@ -390,25 +383,36 @@ fn to_response(result: Result<Option<Value>, ScriptError>) -> Result<ToolRespons
 
 /// Evaluates the code once: the functions it registers.
 fn probe(program: &Program, limits: Limits) -> Result<Vec<String>, ScriptError> {
-    let value = engine::run(Run {
-        program: program.clone(),
-        limits: Limits {
-            network: false,
-            ..limits
-        },
-        entry: Entry::Probe,
-        params: Value::Object(Map::new()),
-        ctx: None,
-        signals: Arc::new(Signals::new(Some(Instant::now() + QUICK_RUN))),
-        wake: mpsc::channel(),
-        tokio: None,
-    })?;
+    let value = run_quick(program, limits, Entry::Probe, Value::Object(Map::new()))?;
     Ok(match value {
         Some(Value::Array(names)) => names
             .into_iter()
             .filter_map(|name| name.as_str().map(str::to_owned))
             .collect(),
         _ => Vec::new(),
+    })
+}
+
+/// Runs `entry` on this thread within [`QUICK_RUN`], without network or call context: the
+/// load-time probe, the approval request and the declined message.
+fn run_quick(
+    program: &Program,
+    limits: Limits,
+    entry: Entry,
+    params: Value,
+) -> Result<Option<Value>, ScriptError> {
+    engine::run(Run {
+        program: program.clone(),
+        limits: Limits {
+            network: false,
+            ..limits
+        },
+        entry,
+        params,
+        ctx: None,
+        signals: Arc::new(Signals::new(Some(Instant::now() + QUICK_RUN))),
+        wake: mpsc::channel(),
+        tokio: None,
     })
 }
 
