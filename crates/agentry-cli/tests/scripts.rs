@@ -4,7 +4,7 @@ use crate::common;
 
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::program::Program;
-use common::{agentry, chat_args, run_args, text, tool_message};
+use common::{agentry, chat_args, run_args, serve_args, server_base, text, tool_message};
 use serde_json::{Value, json};
 
 fn write_tool(root: &std::path::Path, id: &str, manifest: &str, file: &str, code: &str) {
@@ -149,33 +149,10 @@ async fn serve_offers_the_script_tools_and_runs_them() {
     let fake = FakeLlm::start().await;
     fake.push(Reply::tool_calls([Call::new("g", "greet", r#"{"name": "Bo"}"#)]));
     fake.push(Reply::text("Greeted."));
-    let db = home.join("s.db").display().to_string();
     let tools_dir = tools.path().display().to_string();
-    let mut args = run_args(
-        &fake.base_url(),
-        home,
-        &[
-            "--no-mcp",
-            "--db",
-            &db,
-            "--tools-dir",
-            &tools_dir,
-            "--addr",
-            "127.0.0.1:0",
-        ],
-        "",
-    );
-    args.pop();
-    args[0] = "serve".into();
+    let args = serve_args(&fake, home, &["--tools-dir", &tools_dir, "--addr", "127.0.0.1:0"]);
     let server = Program::start(&args, home);
-    server.stderr_has(" (Ctrl-C").await;
-    let said = server.stderr_so_far();
-    let base = said
-        .split("listening on ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap()
-        .to_owned();
+    let base = server_base(&server).await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let listed: Value = serde_json::from_str(

@@ -6,18 +6,9 @@ use crate::common;
 
 use agentry_testkit::{FakeLlm, Reply};
 use common::program::Program;
-use common::{agentry, run_args, text};
+use common::{agentry, serve_args, server_base, text};
 use futures::StreamExt;
 use serde_json::{Value, json};
-
-fn serve_args(fake: &FakeLlm, home: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let db = home.join("s.db").display().to_string();
-    let mut args = run_args(&fake.base_url(), home, &["--no-mcp", "--db", &db], "");
-    args.pop();
-    args[0] = "serve".into();
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    args
-}
 
 /// An HTTP client (reqwest is built without a default TLS crypto provider).
 fn client() -> reqwest::Client {
@@ -47,15 +38,7 @@ async fn serve_answers_over_http_and_stops_cleanly_on_sigterm() {
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("Hello from the server."));
     let server = Program::start(&serve_args(&fake, home, &["--addr", "127.0.0.1:0"]), home);
-    server.stderr_has("listening on http://").await;
-    server.stderr_has(" (Ctrl-C").await;
-    let said = server.stderr_so_far();
-    let base = said
-        .split("listening on ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap()
-        .to_owned();
+    let base = server_base(&server).await;
     let client = client();
     let (status, created) = post(&client, format!("{base}/v1/sessions"), json!({"name": "web"})).await;
     assert_eq!(status, 201, "{created}");

@@ -116,3 +116,26 @@ pub fn slow_tree(dir: &Path) {
         std::fs::hard_link(tree.join("f0000.txt"), tree.join(format!("f{i:04}.txt"))).unwrap();
     }
 }
+
+/// `agentry serve` against the fake model, on a database in `home`, then `extra`.
+pub fn serve_args(fake: &agentry_testkit::FakeLlm, home: &Path, extra: &[&str]) -> Vec<String> {
+    let db = home.join("s.db").display().to_string();
+    let mut args = run_args(&fake.base_url(), home, &["--no-mcp", "--db", &db], "");
+    args.pop();
+    args[0] = "serve".into();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// The base URL a started `agentry serve` says it listens on.
+pub async fn server_base(server: &program::Program) -> String {
+    server.stderr_has("listening on http://").await;
+    server.stderr_has(" (Ctrl-C").await;
+    server
+        .stderr_so_far()
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned()
+}
