@@ -24,9 +24,7 @@ async fn drive_recorded(
 ) -> Outcome {
     let outcome = terminal.drive(agent.start_reply(Msg::user(prompt))).await;
     if let Some((_, usage)) = &terminal.last_usage {
-        used.input_tokens += usage.input_tokens;
-        used.output_tokens += usage.output_tokens;
-        used.time += usage.time;
+        used.add(usage);
     }
     after_reply(session, agent, terminal).await;
     outcome

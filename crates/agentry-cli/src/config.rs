@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentry::model::{OpenAiConfig, RetryPolicy};
+use agentry::model::{AnthropicConfig, OpenAiConfig, RetryPolicy};
 use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
@@ -13,12 +13,19 @@ use serde_json::{Map, Value};
 /// Model options shared by the commands that talk to a model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// Model name [env: AGENTRY_MODEL or OPENAI_MODEL]
+    /// Model name [env: AGENTRY_MODEL, or OPENAI_MODEL / ANTHROPIC_MODEL]
     #[arg(long, short = 'm')]
     pub model: Option<String>,
-    /// Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL]
+    /// Base URL of the model's API, e.g. http://127.0.0.1:8080/v1 for an OpenAI-compatible
+    /// server [env: OPENAI_BASE_URL, or ANTHROPIC_BASE_URL with --provider anthropic]
     #[arg(long)]
     pub base_url: Option<String>,
+    /// Anthropic: extended thinking with this budget of tokens (at least 1024)
+    #[arg(long, value_name = "TOKENS")]
+    pub thinking_budget: Option<u32>,
+    /// Anthropic: the most tokens one answer may generate [default: 8192]
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens: Option<u32>,
     /// Ask for the whole answer at once instead of streaming it
     #[arg(long)]
     pub no_stream: bool,
@@ -44,8 +51,9 @@ pub struct ModelArgs {
     /// Config file (JSON) [default: $XDG_CONFIG_HOME/agentry/config.json or ~/.config/agentry/config.json]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Where the model runs: `openai` (an OpenAI-compatible server) or `local` (a GGUF model
-    /// inside this process) [env: AGENTRY_PROVIDER] [default: openai]
+    /// Where the model runs: `openai` (an OpenAI-compatible server), `anthropic` (Anthropic's
+    /// Messages API) or `local` (a GGUF model inside this process) [env: AGENTRY_PROVIDER]
+    /// [default: local, or the server whose address or key is set]
     #[arg(long, value_name = "NAME")]
     pub provider: Option<ProviderName>,
     /// Local model: do not constrain the tool calls it writes to the offered tools and their
@@ -63,6 +71,8 @@ pub struct ModelArgs {
 pub enum ProviderName {
     /// An OpenAI-compatible server.
     Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
     /// A GGUF model in this process.
     Local,
 }
@@ -74,6 +84,8 @@ pub enum ProviderName {
 pub enum ProviderConfig {
     /// An OpenAI-compatible server.
     OpenAi(OpenAiConfig),
+    /// Anthropic's Messages API.
+    Anthropic(AnthropicConfig),
     /// A GGUF model run in this process.
     Local {
         /// Which model.
@@ -108,8 +120,9 @@ pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<Pr
     let from_env = match env("AGENTRY_PROVIDER") {
         Some(name) => Some(match name.to_ascii_lowercase().as_str() {
             "openai" => ProviderName::Openai,
+            "anthropic" => ProviderName::Anthropic,
             "local" => ProviderName::Local,
-            other => anyhow::bail!("AGENTRY_PROVIDER={other:?}: use openai or local"),
+            other => anyhow::bail!("AGENTRY_PROVIDER={other:?}: use openai, anthropic or local"),
         }),
         None => None,
     };
@@ -129,14 +142,17 @@ pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<Pr
         || env("OPENAI_API_KEY").is_some()
         || file.base_url.is_some()
         || file.api_key.is_some();
+    let anthropic_configured = env("ANTHROPIC_BASE_URL").is_some() || env("ANTHROPIC_API_KEY").is_some();
     let (provider, implicit) = match chosen {
         Some(provider) => (provider, false),
         None if model_path.is_some() => (ProviderName::Local, false),
         None if server_configured => (ProviderName::Openai, false),
+        None if anthropic_configured => (ProviderName::Anthropic, false),
         None => (ProviderName::Local, true),
     };
     match provider {
         ProviderName::Openai => Ok(ProviderConfig::OpenAi(model_config(args, file))),
+        ProviderName::Anthropic => Ok(ProviderConfig::Anthropic(anthropic_config(args, file))),
         ProviderName::Local => {
             let model = match (model_path, named) {
                 (Some(path), _) => LocalModelChoice::File(path),
@@ -207,6 +223,12 @@ pub struct ConfigFile {
     extra_body: Map<String, Value>,
     provider: Option<ProviderName>,
     model_path: Option<PathBuf>,
+    /// Anthropic: the most tokens one answer may generate.
+    max_tokens: Option<u32>,
+    /// Anthropic: extended thinking with this budget of tokens.
+    thinking_budget: Option<u32>,
+    /// Anthropic: cache the system prompt and tools (default true).
+    prompt_caching: Option<bool>,
     /// Settings the agent uses (read by the commands).
     pub system_prompt: Option<String>,
     /// Default `max_iters`.
@@ -294,50 +316,113 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// The provider config: flags win over the environment, which wins over the file.
+/// The settings every server provider takes, from flags, environment and file (flags win over
+/// the environment, which wins over the file).
+struct ServerSettings {
+    model: String,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    stream: bool,
+    retry: Option<RetryPolicy>,
+    connect_timeout: Option<Duration>,
+    read_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    headers: Vec<(String, String)>,
+    extra_body: Map<String, Value>,
+}
+
+/// The environment variables of one provider.
+struct ProviderEnv {
+    model: &'static str,
+    base_url: &'static str,
+    api_key: &'static str,
+}
+
+fn server_settings(args: &ModelArgs, file: &ConfigFile, names: &ProviderEnv) -> ServerSettings {
+    ServerSettings {
+        model: args
+            .model
+            .clone()
+            .or_else(|| env("AGENTRY_MODEL"))
+            .or_else(|| env(names.model))
+            .or_else(|| file.model.clone())
+            .unwrap_or_default(),
+        base_url: args
+            .base_url
+            .clone()
+            .or_else(|| env(names.base_url))
+            .or_else(|| file.base_url.clone()),
+        api_key: env(names.api_key).or_else(|| file.api_key.clone()),
+        stream: !args.no_stream && file.stream.unwrap_or(true),
+        retry: args
+            .max_retries
+            .or(file.max_retries)
+            .map(|max_retries| RetryPolicy {
+                max_retries,
+                ..RetryPolicy::default()
+            }),
+        connect_timeout: args.connect_timeout.or(file.connect_timeout),
+        read_timeout: args.read_timeout.or(file.read_timeout),
+        request_timeout: args.request_timeout.or(file.request_timeout),
+        headers: file.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        extra_body: file.extra_body.clone(),
+    }
+}
+
+/// The OpenAI-compatible provider's config.
 pub fn model_config(args: &ModelArgs, file: &ConfigFile) -> OpenAiConfig {
-    let model = args
-        .model
-        .clone()
-        .or_else(|| env("AGENTRY_MODEL"))
-        .or_else(|| env("OPENAI_MODEL"))
-        .or_else(|| file.model.clone())
-        .unwrap_or_default();
-    let mut config = OpenAiConfig::new(model);
-    if let Some(url) = args
-        .base_url
-        .clone()
-        .or_else(|| env("OPENAI_BASE_URL"))
-        .or_else(|| file.base_url.clone())
-    {
+    let names = ProviderEnv {
+        model: "OPENAI_MODEL",
+        base_url: "OPENAI_BASE_URL",
+        api_key: "OPENAI_API_KEY",
+    };
+    let settings = server_settings(args, file, &names);
+    let mut config = OpenAiConfig::new(settings.model);
+    if let Some(url) = settings.base_url {
         config.base_url = url;
     }
-    config.api_key = env("OPENAI_API_KEY").or_else(|| file.api_key.clone());
-    config.stream = !args.no_stream && file.stream.unwrap_or(true);
-    let retries = args.max_retries.or(file.max_retries);
-    if let Some(max_retries) = retries {
-        config.retry = RetryPolicy {
-            max_retries,
-            ..RetryPolicy::default()
-        };
+    config.api_key = settings.api_key;
+    config.stream = settings.stream;
+    if let Some(retry) = settings.retry {
+        config.retry = retry;
     }
-    for (value, field) in [
-        (
-            args.connect_timeout.or(file.connect_timeout),
-            &mut config.connect_timeout,
-        ),
-        (args.read_timeout.or(file.read_timeout), &mut config.read_timeout),
-        (
-            args.request_timeout.or(file.request_timeout),
-            &mut config.request_timeout,
-        ),
-    ] {
-        if let Some(value) = value {
-            *field = value;
-        }
+    config.connect_timeout = settings.connect_timeout.unwrap_or(config.connect_timeout);
+    config.read_timeout = settings.read_timeout.unwrap_or(config.read_timeout);
+    config.request_timeout = settings.request_timeout.unwrap_or(config.request_timeout);
+    config.headers = settings.headers;
+    config.extra_body = settings.extra_body;
+    config
+}
+
+/// The Anthropic provider's config.
+pub fn anthropic_config(args: &ModelArgs, file: &ConfigFile) -> AnthropicConfig {
+    let names = ProviderEnv {
+        model: "ANTHROPIC_MODEL",
+        base_url: "ANTHROPIC_BASE_URL",
+        api_key: "ANTHROPIC_API_KEY",
+    };
+    let settings = server_settings(args, file, &names);
+    let mut config = AnthropicConfig::new(settings.model);
+    if let Some(url) = settings.base_url {
+        config.base_url = url;
     }
-    config.headers = file.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    config.extra_body = file.extra_body.clone();
+    config.api_key = settings.api_key;
+    config.stream = settings.stream;
+    if let Some(retry) = settings.retry {
+        config.retry = retry;
+    }
+    config.connect_timeout = settings.connect_timeout.unwrap_or(config.connect_timeout);
+    config.read_timeout = settings.read_timeout.unwrap_or(config.read_timeout);
+    config.request_timeout = settings.request_timeout.unwrap_or(config.request_timeout);
+    config.headers = settings.headers;
+    config.extra_body = settings.extra_body;
+    if let Some(max_tokens) = args.max_tokens.or(file.max_tokens) {
+        config.max_tokens = max_tokens;
+    }
+    config.thinking_budget = args.thinking_budget.or(file.thinking_budget);
+    if let Some(caching) = file.prompt_caching {
+        config.prompt_caching = caching;
+    }
     config
 }
 
@@ -357,6 +442,8 @@ mod tests {
         let args = ModelArgs {
             model: Some("flag-model".into()),
             base_url: None,
+            thinking_budget: None,
+            max_tokens: None,
             no_stream: false,
             no_tool_shim: false,
             max_retries: Some(0),
@@ -393,6 +480,8 @@ mod tests {
         ModelArgs {
             model: None,
             base_url: None,
+            thinking_budget: None,
+            max_tokens: None,
             no_stream: false,
             no_tool_shim: false,
             max_retries: None,

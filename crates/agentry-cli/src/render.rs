@@ -289,7 +289,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
                     .content
                     .iter()
                     .filter_map(|b| match b {
-                        ContentBlock::Thinking { thinking } => Some(thinking.as_str()),
+                        ContentBlock::Thinking { thinking, .. } => Some(thinking.as_str()),
                         _ => None,
                     })
                     .collect();

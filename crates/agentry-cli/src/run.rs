@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use agentry::agent::{AgentError, ReActAgent};
 use agentry::message::Msg;
-use agentry::model::{ChatModel, ModelError, OpenAiChatModel, TimeoutLimit};
+use agentry::model::{AnthropicChatModel, ChatModel, ModelError, OpenAiChatModel, TimeoutLimit};
 use agentry::tool::Toolkit;
 use anyhow::Context;
 use clap::Args;
@@ -134,6 +134,7 @@ pub(crate) async fn build_model_with_figures(
 ) -> anyhow::Result<(Arc<dyn ChatModel>, LocalFigures)> {
     match config {
         ProviderConfig::OpenAi(config) => Ok((Arc::new(OpenAiChatModel::new(config)?), None)),
+        ProviderConfig::Anthropic(config) => Ok((Arc::new(AnthropicChatModel::new(config)?), None)),
         #[cfg(feature = "local")]
         ProviderConfig::Local {
             model,

@@ -75,6 +75,56 @@ async fn run_streams_the_answer_and_one_line_per_tool_call() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_the_anthropic_provider_calls_tools_and_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(
+        Reply::tool_calls([Call::new("toolu_1", "calculate", r#"{"expression": "6*7"}"#)])
+            .with_reasoning("Multiply.")
+            .with_text("Computing."),
+    );
+    fake.push(Reply::text("6*7 is 42."));
+    let mut args = run_args(
+        &fake.anthropic_base_url(),
+        dir.path(),
+        &["--provider", "anthropic", "--thinking-budget", "1024"],
+        "What is 6*7?",
+    );
+    args.retain(|a| a != "--max-retries" && a != "0");
+    let mut command = common::command(&args, dir.path());
+    command.env("ANTHROPIC_API_KEY", "sk-ant-cli");
+    let out = common::output(command).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    assert_eq!(stdout, "Computing.\n6*7 is 42.\n");
+    assert!(
+        stderr.contains("⚙ calculate({\"expression\":\"6*7\"}) → 42"),
+        "{stderr}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].path, "/v1/messages");
+    assert_eq!(requests[0].headers["x-api-key"], "sk-ant-cli");
+    assert_eq!(requests[0].body["thinking"]["budget_tokens"], 1024);
+    assert_eq!(requests[0].body["model"], "test-model");
+    fake.assert_no_violations();
+
+    // With only Anthropic's variables set, it is the provider chosen.
+    fake.push(Reply::text("Chosen."));
+    let mut command = common::command(
+        &["run".into(), "--model".into(), "m".into(), "hi".into()],
+        dir.path(),
+    );
+    command
+        .env("ANTHROPIC_BASE_URL", fake.anthropic_base_url())
+        .env("ANTHROPIC_API_KEY", "k");
+    let out = common::output(command).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Chosen.\n");
+    assert_eq!(fake.requests()[2].path, "/v1/messages");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_exits_1_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

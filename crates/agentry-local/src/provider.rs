@@ -354,6 +354,7 @@ fn final_response(id: String, generated: &Generated, tools: &[&str], time: Durat
             input_tokens: generated.prompt_tokens as u64,
             output_tokens: generated.generated_tokens as u64,
             time,
+            ..ChatUsage::default()
         }),
         finish_reason: Some(finish_reason.to_owned()),
     }

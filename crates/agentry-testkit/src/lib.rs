@@ -1,11 +1,16 @@
-//! Test support for agentry: [`FakeLlm`], a fake OpenAI-compatible Chat Completions server.
+//! Test support for agentry: [`FakeLlm`], a fake LLM server that speaks both the OpenAI-compatible
+//! Chat Completions format (`POST /v1/chat/completions`, [`FakeLlm::base_url`]) and Anthropic's
+//! Messages API (`POST /v1/messages`, [`FakeLlm::anthropic_base_url`]).
 //!
-//! It speaks real HTTP and real SSE (each event its own HTTP chunk) on `127.0.0.1`, answers from
-//! a per-test script of [`Reply`]s, records every request, and **checks on every request** that
-//! the conversation is well formed: each assistant tool call is followed by exactly one tool
-//! result, in call order, and no result lacks its call. A violation is answered with HTTP 400, as
-//! a strict provider would, and recorded; dropping a `FakeLlm` with recorded violations panics, so
-//! a test cannot pass over one unnoticed.
+//! It speaks real HTTP and real SSE (each event its own HTTP chunk) on `127.0.0.1`, answers both
+//! routes from one per-test script of [`Reply`]s, records every request, and **checks on every
+//! request** that it is well formed: on chat completions ([`check_conversation`]) each assistant
+//! tool call is followed by exactly one tool result, in call order, and no result lacks its call;
+//! on messages ([`check_anthropic_conversation`]) the rules the real Anthropic API enforces
+//! (alternating roles, each `tool_use` answered first thing in the next user message, thinking
+//! blocks returned unchanged with their signature, ...). A violation is answered with HTTP 400,
+//! as a strict provider would, and recorded; dropping a `FakeLlm` with recorded violations
+//! panics, so a test cannot pass over one unnoticed.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -22,17 +27,20 @@
 // Test infrastructure: a broken fake server must fail the test that uses it, loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod anthropic;
 mod gate;
 mod invariants;
 pub mod peers;
 mod reply;
 mod sse;
 
+pub use anthropic::invariants::check_anthropic_conversation;
+pub use anthropic::thinking_signature;
 pub use gate::Gate;
 pub use invariants::check_conversation;
 pub use reply::{Call, Reply};
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -53,7 +61,7 @@ pub struct RecordedRequest {
     /// Request path.
     pub path: String,
     /// Headers, names lower-cased (values that are not UTF-8 are dropped).
-    pub headers: std::collections::BTreeMap<String, String>,
+    pub headers: BTreeMap<String, String>,
     /// The JSON body (`Value::Null` when it was not JSON).
     pub body: Value,
 }
@@ -81,7 +89,7 @@ impl Shared {
     }
 }
 
-/// A fake OpenAI-compatible server, scripted per test.
+/// A fake LLM server (OpenAI-compatible and Anthropic Messages), scripted per test.
 pub struct FakeLlm {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -100,6 +108,7 @@ impl FakeLlm {
             .route("/chat/completions", post(chat_completions))
             .route("/v1/models", get(models))
             .route("/models", get(models))
+            .route("/v1/messages", post(anthropic::messages))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -116,12 +125,18 @@ impl FakeLlm {
         format!("http://{}/v1", self.addr)
     }
 
+    /// `http://127.0.0.1:PORT`, the base URL of the Anthropic Messages API (a client appends
+    /// `/v1/messages`).
+    pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// Appends a reply to the script; each chat-completions request consumes one.
+    /// Appends a reply to the script; each chat-completions or messages request consumes one.
     pub fn push(&self, reply: Reply) {
         self.shared.lock().queue.push_back(reply);
     }
@@ -199,14 +214,32 @@ fn error_response(status: StatusCode, message: &str, kind: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-async fn chat_completions(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+/// A request the scripted server accepted: the reply it consumed and its JSON body.
+pub(crate) struct Admitted {
+    pub(crate) reply: Reply,
+    pub(crate) body: Value,
+    /// The request's number, from 1.
+    pub(crate) number: usize,
+}
+
+/// Why a request got no scripted reply (the text is recorded as a violation).
+pub(crate) enum Refused {
+    /// The request broke the format's rules: answered 400.
+    Invalid(String),
+    /// The script is used up: answered 500.
+    NoReply(String),
+}
+
+/// Records a request, checks it with `check` (headers, body) and takes the next scripted reply.
+pub(crate) fn admit(
+    shared: &Shared,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+    check: impl FnOnce(&BTreeMap<String, String>, &Value) -> Vec<String>,
+) -> Result<Admitted, Refused> {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let recorded = RecordedRequest {
         method: method.to_string(),
         path: uri.path().to_owned(),
@@ -216,30 +249,56 @@ async fn chat_completions(
             .collect(),
         body: parsed.clone().unwrap_or(Value::Null),
     };
-    let (reply, number) = {
+    let problems = match &parsed {
+        Some(body) => check(&recorded.headers, body),
+        None => vec!["the body is not JSON".to_owned()],
+    };
+    let result = {
         let mut inner = shared.lock();
         inner.requests.push(recorded);
         let number = inner.requests.len();
-        let problems = match &parsed {
-            Some(body) => check_conversation(body),
-            None => vec!["the body is not JSON".to_owned()],
-        };
-        if !problems.is_empty() {
+        if problems.is_empty() {
+            match inner.queue.pop_front() {
+                Some(reply) => Ok(Admitted {
+                    reply,
+                    body: parsed.unwrap_or(Value::Null),
+                    number,
+                }),
+                None => {
+                    let text = format!("request #{number}: no scripted reply left");
+                    inner.violations.push(text.clone());
+                    Err(Refused::NoReply(text))
+                }
+            }
+        } else {
             let text = format!("request #{number}: {}", problems.join("; "));
             inner.violations.push(text.clone());
-            drop(inner);
-            shared.arrived.notify_waiters();
-            return error_response(StatusCode::BAD_REQUEST, &text, "invalid_request_error");
+            Err(Refused::Invalid(text))
         }
-        (inner.queue.pop_front(), number)
     };
     shared.arrived.notify_waiters();
-    let Some(reply) = reply else {
-        let text = format!("request #{number}: no scripted reply left");
-        shared.lock().violations.push(text.clone());
-        return error_response(StatusCode::INTERNAL_SERVER_ERROR, &text, "fake_server_error");
+    result
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let admitted = admit(&shared, &method, &uri, &headers, &body, |_, body| {
+        check_conversation(body)
+    });
+    let Admitted { reply, body, .. } = match admitted {
+        Ok(admitted) => admitted,
+        Err(Refused::Invalid(text)) => {
+            return error_response(StatusCode::BAD_REQUEST, &text, "invalid_request_error");
+        }
+        Err(Refused::NoReply(text)) => {
+            return error_response(StatusCode::INTERNAL_SERVER_ERROR, &text, "fake_server_error");
+        }
     };
-    let body = parsed.unwrap_or(Value::Null);
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = body
         .pointer("/stream_options/include_usage")

@@ -10,18 +10,22 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::gate::Gate;
-use crate::sse::{Event, event_stream};
+use crate::sse::{Event, Pacing, end_with_error, event_stream};
 
 /// One tool call the fake model makes.
 #[derive(Debug, Clone)]
 pub struct Call {
-    id: String,
-    name: String,
-    arguments: String,
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) arguments: String,
 }
 
 impl Call {
     /// A call with raw `arguments` text (sent as is, so invalid JSON can be tested).
+    ///
+    /// On `/v1/messages` the text is streamed as `input_json_delta` pieces; a non-streamed
+    /// `tool_use` gets it parsed as `input` (`{}` when empty, the raw text as a JSON string when
+    /// it is not JSON).
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
         Call {
             id: id.into(),
@@ -37,7 +41,7 @@ impl Call {
 }
 
 #[derive(Debug, Clone)]
-enum Kind {
+pub(crate) enum Kind {
     Completion,
     Status {
         code: u16,
@@ -50,17 +54,22 @@ enum Kind {
 /// One scripted answer of the fake model.
 #[derive(Debug, Clone)]
 pub struct Reply {
-    kind: Kind,
-    text: Option<String>,
-    reasoning: Option<String>,
-    calls: Vec<Call>,
-    usage: Option<(u64, u64)>,
-    finish_reason: Option<String>,
-    chunks: usize,
+    pub(crate) kind: Kind,
+    pub(crate) text: Option<String>,
+    pub(crate) reasoning: Option<String>,
+    pub(crate) calls: Vec<Call>,
+    pub(crate) usage: Option<(u64, u64)>,
+    /// Cache (read, creation) input tokens.
+    pub(crate) cache: Option<(u64, u64)>,
+    pub(crate) finish_reason: Option<String>,
+    pub(crate) chunks: usize,
     repeat_ids: bool,
     pub(crate) delay: Option<Duration>,
-    pause: Option<(usize, Gate)>,
-    hang_after: Option<usize>,
+    pub(crate) pause: Option<(usize, Gate)>,
+    pub(crate) hang_after: Option<usize>,
+    pub(crate) torn: bool,
+    /// After this many events, an error event (kind, message) ends the stream.
+    pub(crate) error_event: Option<(usize, String, String)>,
 }
 
 impl Reply {
@@ -71,12 +80,15 @@ impl Reply {
             reasoning: None,
             calls: Vec::new(),
             usage: None,
+            cache: None,
             finish_reason: None,
             chunks: 3,
             repeat_ids: false,
             delay: None,
             pause: None,
             hang_after: None,
+            torn: false,
+            error_event: None,
         }
     }
 
@@ -94,6 +106,11 @@ impl Reply {
     }
 
     /// An HTTP error with this status (add headers and body with the builder methods).
+    ///
+    /// Without [`Reply::body`], the body is an error object in the format of the route asked:
+    /// `{"error": {"message", "type": "fake"}}` on chat completions; on Anthropic's
+    /// `/v1/messages`, `{"type": "error", "error": {"type", "message"}}` with type
+    /// `overloaded_error` for 529, `rate_limit_error` for 429 and `api_error` otherwise.
     pub fn status(code: u16) -> Self {
         Reply {
             kind: Kind::Status {
@@ -123,19 +140,50 @@ impl Reply {
         self
     }
 
-    /// Sets reasoning text (`reasoning_content`).
+    /// Sets reasoning text: `reasoning_content` on chat completions; on Anthropic's
+    /// `/v1/messages`, a `thinking` block (first in the content) signed with
+    /// [`thinking_signature`](crate::thinking_signature).
     pub fn with_reasoning(mut self, reasoning: impl Into<String>) -> Self {
         self.reasoning = Some(reasoning.into());
         self
     }
 
-    /// Sets the usage reported (default: bytes / 4).
+    /// Sets the usage reported (default: 10 input tokens, output bytes / 4): prompt and
+    /// completion tokens on chat completions, input and output tokens on `/v1/messages`.
     pub fn usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Self {
         self.usage = Some((prompt_tokens, completion_tokens));
         self
     }
 
-    /// Overrides the finish reason.
+    /// Sets the prompt-cache usage reported (default 0 and 0): on `/v1/messages`,
+    /// `cache_read_input_tokens` = `read` and `cache_creation_input_tokens` = `write`; on chat
+    /// completions, `usage.prompt_tokens_details.cached_tokens` = `read` (`write` has no
+    /// OpenAI counterpart and is not reported there).
+    pub fn cache_usage(mut self, read: u64, write: u64) -> Self {
+        self.cache = Some((read, write));
+        self
+    }
+
+    /// Sends each SSE event as two HTTP chunks cut at its middle byte (possibly inside a UTF-8
+    /// character), to test a client's reassembly of events (both routes, streamed replies).
+    /// Pauses and hangs still count whole events.
+    pub fn torn_events(mut self) -> Self {
+        self.torn = true;
+        self
+    }
+
+    /// Streams `events` SSE events, then an error event, and ends the stream (streamed replies).
+    ///
+    /// On `/v1/messages`: `event: error` / `data: {"type":"error","error":{"type":KIND,
+    /// "message":MESSAGE}}` (e.g. kind `overloaded_error`). On chat completions:
+    /// `data: {"error":{"message":MESSAGE,"type":KIND}}`. No `[DONE]` or `message_stop` follows.
+    pub fn error_event_after(mut self, events: usize, kind: &str, message: &str) -> Self {
+        self.error_event = Some((events, kind.to_owned(), message.to_owned()));
+        self
+    }
+
+    /// Overrides the finish reason (`finish_reason` on chat completions, `stop_reason` on
+    /// `/v1/messages`, e.g. `"max_tokens"`).
     pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
         self.finish_reason = Some(reason.into());
         self
@@ -198,8 +246,9 @@ impl Reply {
         })
     }
 
-    fn usage_json(&self) -> Value {
-        let (prompt, completion) = self.usage.unwrap_or_else(|| {
+    /// (input, output) tokens.
+    pub(crate) fn tokens(&self) -> (u64, u64) {
+        self.usage.unwrap_or_else(|| {
             let bytes = self.text.as_deref().map_or(0, str::len)
                 + self
                     .calls
@@ -207,8 +256,25 @@ impl Reply {
                     .map(|c| c.arguments.len() + c.name.len())
                     .sum::<usize>();
             (10, (bytes as u64).div_ceil(4).max(1))
-        });
-        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+        })
+    }
+
+    /// The pacing of this reply's stream.
+    pub(crate) fn pacing(&self) -> Pacing {
+        Pacing {
+            pause: self.pause.clone(),
+            hang_after: self.hang_after,
+            torn: self.torn,
+        }
+    }
+
+    fn usage_json(&self) -> Value {
+        let (prompt, completion) = self.tokens();
+        let mut usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+        if let Some((read, _)) = self.cache {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": read});
+        }
+        usage
     }
 }
 
@@ -219,7 +285,7 @@ fn now() -> u64 {
 }
 
 /// `s` split on char boundaries into at most `n` non-empty pieces covering it.
-fn split(s: &str, n: usize) -> Vec<&str> {
+pub(crate) fn split(s: &str, n: usize) -> Vec<&str> {
     if s.is_empty() {
         return Vec::new();
     }
@@ -246,39 +312,45 @@ pub(crate) fn respond(
 ) -> Response {
     match &reply.kind {
         Kind::Status { code, headers, body } => {
-            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let body = body.clone().unwrap_or_else(|| {
                 json!({"error": {"message": format!("fake error {code}"), "type": "fake"}}).to_string()
             });
-            let mut response = (status, body).into_response();
-            response
-                .headers_mut()
-                .insert("content-type", HeaderValue::from_static("application/json"));
-            for (name, value) in headers {
-                if let (Ok(name), Ok(value)) =
-                    (HeaderName::try_from(name.as_str()), HeaderValue::from_str(value))
-                {
-                    response.headers_mut().insert(name, value);
-                }
-            }
-            response
+            status_response(*code, headers, body)
         }
         Kind::RawSse(events) => {
             let events = events.iter().map(|e| Event::Raw(e.clone())).collect();
-            crate::sse_response(Body::from_stream(event_stream(
-                events,
-                None,
-                None,
-                Arc::clone(shared),
-            )))
+            openai_stream(&reply, events, shared)
         }
         Kind::Completion if stream => {
             let events = sse_events(&reply, include_usage, model);
-            let body = event_stream(events, reply.pause.clone(), reply.hang_after, Arc::clone(shared));
-            crate::sse_response(Body::from_stream(body))
+            openai_stream(&reply, events, shared)
         }
         Kind::Completion => axum::Json(completion_json(&reply, model)).into_response(),
     }
+}
+
+/// A JSON error response with the scripted status and headers.
+pub(crate) fn status_response(code: u16, headers: &[(String, String)], body: String) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, body).into_response();
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::from_str(value)) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+fn openai_stream(reply: &Reply, mut events: Vec<Event>, shared: &Arc<Shared>) -> Response {
+    if let Some((after, kind, message)) = &reply.error_event {
+        let error = Event::Json(json!({"error": {"message": message, "type": kind}}));
+        end_with_error(&mut events, *after, error);
+    }
+    let body = event_stream(events, reply.pacing(), Arc::clone(shared));
+    crate::sse_response(Body::from_stream(body))
 }
 
 fn completion_json(reply: &Reply, model: &str) -> Value {

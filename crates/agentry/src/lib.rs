@@ -47,9 +47,20 @@ pub mod __private {
     }
 }
 
+/// Installs the process-wide TLS crypto provider once (reqwest is built without one, so that
+/// the tree carries a single, fast-to-build provider).
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "mcp"))]
+pub(crate) fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means another crate installed a provider first, which is just as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The error and its sources, "a: b: c" (a source already in the text is not repeated), so a
 /// connection refusal says what was refused.
-#[cfg(any(feature = "openai", feature = "mcp"))]
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "mcp"))]
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut out = error.to_string();
     let mut source = error.source();

@@ -159,6 +159,7 @@ mod tests {
                     input_tokens: 10,
                     output_tokens: 2,
                     time: Duration::from_millis(30),
+                    ..ChatUsage::default()
                 },
             },
             AgentEvent::TextCallsRecovered {

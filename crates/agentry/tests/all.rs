@@ -5,6 +5,7 @@
 mod common;
 
 mod agent;
+mod anthropic;
 mod approval;
 mod call_lifecycle;
 mod cancellation;

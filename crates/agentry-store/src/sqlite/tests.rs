@@ -133,6 +133,7 @@ async fn usage_adds_up() {
             input_tokens: 10 * n,
             output_tokens: n,
             time: Duration::from_millis(n),
+            ..ChatUsage::default()
         };
         store.record_usage(&lease, None, &usage).await.unwrap();
     }

@@ -383,10 +383,8 @@ impl<'a> ReplyCx<'a> {
             let response = item?;
             received = true;
             msg.content = response.content;
-            if let Some(usage) = response.usage {
-                self.usage.input_tokens += usage.input_tokens;
-                self.usage.output_tokens += usage.output_tokens;
-                self.usage.time += usage.time;
+            if let Some(usage) = &response.usage {
+                self.usage.add(usage);
             }
             if streaming {
                 match &mut shim {

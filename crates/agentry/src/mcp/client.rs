@@ -347,7 +347,7 @@ impl McpClient {
                 tokio::time::timeout_at(deadline, handler.serve((started.stdout, started.stdin))).await
             }
             McpTransport::Http { url, headers } => {
-                crate::model::openai::install_crypto_provider();
+                crate::install_crypto_provider();
                 let http = SessionAwareClient::new()
                     .map_err(|e| self.start_error(format!("cannot build the HTTP client: {e}")))?;
                 let transport = StreamableHttpClientTransport::with_client(

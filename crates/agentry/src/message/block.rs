@@ -85,6 +85,16 @@ pub enum ContentBlock {
     Thinking {
         /// The reasoning text.
         thinking: String,
+        /// The provider's signature over the reasoning (Anthropic), which must come back
+        /// unchanged with it in the next request of a tool-using turn.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// Reasoning the provider keeps encrypted (Anthropic's `redacted_thinking`): nothing to
+    /// show, sent back as it came.
+    RedactedThinking {
+        /// The encrypted reasoning.
+        data: String,
     },
     /// An image.
     Image {
@@ -130,6 +140,7 @@ impl ContentBlock {
     pub fn thinking(thinking: impl Into<String>) -> Self {
         ContentBlock::Thinking {
             thinking: thinking.into(),
+            signature: None,
         }
     }
 
@@ -137,7 +148,7 @@ impl ContentBlock {
     pub fn kind(&self) -> BlockKind {
         match self {
             ContentBlock::Text { .. } => BlockKind::Text,
-            ContentBlock::Thinking { .. } => BlockKind::Thinking,
+            ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => BlockKind::Thinking,
             ContentBlock::Image { .. } => BlockKind::Image,
             ContentBlock::Audio { .. } => BlockKind::Audio,
             ContentBlock::ToolUse(_) => BlockKind::ToolUse,

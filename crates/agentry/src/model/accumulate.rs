@@ -47,11 +47,17 @@ struct CallState {
     arguments: StreamedObject,
 }
 
+/// One reasoning block.
+enum Reasoning {
+    Text { text: String, signature: Option<String> },
+    Redacted(String),
+}
+
 /// Accumulates deltas into cumulative responses (see the module docs).
 #[derive(Default)]
 pub struct DeltaAccumulator {
     id: String,
-    thinking: String,
+    thinking: Vec<Reasoning>,
     text: String,
     calls: Vec<CallState>,
     usage: Option<ChatUsage>,
@@ -89,10 +95,40 @@ impl DeltaAccumulator {
         !text.is_empty()
     }
 
-    /// Appends reasoning; returns whether anything changed.
+    /// Appends reasoning to the current reasoning block; returns whether anything changed.
     pub fn push_thinking(&mut self, thinking: &str) -> bool {
-        self.thinking.push_str(thinking);
+        match self.thinking.last_mut() {
+            Some(Reasoning::Text { text, .. }) => text.push_str(thinking),
+            _ if thinking.is_empty() => return false,
+            _ => self.thinking.push(Reasoning::Text {
+                text: thinking.to_owned(),
+                signature: None,
+            }),
+        }
         !thinking.is_empty()
+    }
+
+    /// Starts a new reasoning block (a provider that sends several, each with its signature).
+    pub fn start_thinking(&mut self) {
+        self.thinking.push(Reasoning::Text {
+            text: String::new(),
+            signature: None,
+        });
+    }
+
+    /// Appends to the signature of the current reasoning block.
+    pub fn push_thinking_signature(&mut self, piece: &str) {
+        if !matches!(self.thinking.last(), Some(Reasoning::Text { .. })) {
+            self.start_thinking();
+        }
+        if let Some(Reasoning::Text { signature, .. }) = self.thinking.last_mut() {
+            signature.get_or_insert_with(String::new).push_str(piece);
+        }
+    }
+
+    /// Adds a block of encrypted reasoning, kept to be sent back as it came.
+    pub fn push_redacted_thinking(&mut self, data: impl Into<String>) {
+        self.thinking.push(Reasoning::Redacted(data.into()));
     }
 
     /// Adds a piece of a tool call; returns whether a snapshot would show something new (a
@@ -194,11 +230,21 @@ impl DeltaAccumulator {
     }
 
     fn build(&mut self, final_: bool, time: std::time::Duration) -> ChatResponse {
-        let mut content = Vec::with_capacity(2 + self.calls.len());
-        if !self.thinking.is_empty() {
-            content.push(ContentBlock::Thinking {
-                thinking: self.thinking.clone(),
-            });
+        let mut content = Vec::with_capacity(self.thinking.len() + 1 + self.calls.len());
+        for part in &self.thinking {
+            match part {
+                Reasoning::Text { text, signature } => {
+                    if !text.is_empty() || signature.is_some() {
+                        content.push(ContentBlock::Thinking {
+                            thinking: text.clone(),
+                            signature: signature.clone(),
+                        });
+                    }
+                }
+                Reasoning::Redacted(data) => {
+                    content.push(ContentBlock::RedactedThinking { data: data.clone() })
+                }
+            }
         }
         if !self.text.is_empty() {
             content.push(ContentBlock::Text {

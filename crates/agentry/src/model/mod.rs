@@ -6,22 +6,28 @@
 //! reports it). Delta-to-cumulative conversion happens once, in the provider.
 
 mod accumulate;
+#[cfg(feature = "anthropic")]
+pub mod anthropic;
 #[doc(hidden)]
 #[cfg(feature = "openai")]
 pub mod fuzz;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) mod http;
 #[cfg(feature = "openai")]
 pub mod openai;
 mod partial_json;
 
 pub use accumulate::{CallDelta, DeltaAccumulator};
-#[cfg(feature = "openai")]
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod retry;
 mod tool_text;
 
+#[cfg(feature = "anthropic")]
+pub use anthropic::{AnthropicChatModel, AnthropicConfig};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiChatModel, OpenAiConfig};
 pub use partial_json::parse_partial_object;
-#[cfg(feature = "openai")]
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use retry::RetryPolicy;
 pub(crate) use tool_text::streamable_text_from;
 pub use tool_text::{ParsedText, TextCall, may_start_text_call, parse_text_calls, streamable_text};
@@ -84,15 +90,45 @@ impl ChatRequest {
 }
 
 /// Token accounting of one call.
+///
+/// `input_tokens` counts every prompt token, including those read from or written to the
+/// provider's prompt cache (which `cache_read_tokens` and `cache_write_tokens` then detail);
+/// `output_tokens` counts every generated token, including the reasoning that
+/// `reasoning_tokens` details, when the provider says.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatUsage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included.
     pub input_tokens: u64,
-    /// Generated tokens.
+    /// Generated tokens, reasoning included.
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's cache (billed at a reduced price).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's cache (billed at a premium).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// Generated tokens spent on reasoning, when the provider reports them apart.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
     /// Wall time of the call, from sending the request to the last byte.
     #[serde(rename = "time_ms", with = "crate::protocol::duration_ms")]
     pub time: Duration,
+}
+
+impl ChatUsage {
+    /// Adds another call's counts and time to these.
+    pub fn add(&mut self, other: &ChatUsage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.time += other.time;
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The (cumulative) response of one model call.
@@ -232,7 +268,7 @@ impl TimeoutLimit {
 }
 
 /// The first `max` characters of `s`, with a marker when cut.
-#[cfg_attr(not(feature = "openai"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) fn excerpt(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((cut, _)) => format!("{}… ({} bytes in all)", &s[..cut], s.len()),

@@ -19,25 +19,40 @@
 
 mod config;
 mod response;
-mod sse;
-mod transport;
 mod wire;
 
 pub use config::{DEFAULT_BASE_URL, OpenAiConfig};
 
-pub(crate) fn decode_sse_pieces(pieces: Vec<Bytes>) -> (Vec<Result<super::ChatResponse, ModelError>>, usize) {
-    sse::SseDecoder::decode_pieces(pieces)
-}
-
-use std::sync::{Arc, Once};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use futures::stream::{self, StreamExt};
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 
-use super::{ChatModel, ChatRequest, ChatStream, ModelError};
+use super::http::{self, CallLimits, Endpoint, HttpProvider, SseDecoder, WireFormat, secret_header};
+use super::{ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError};
+use response::{Accumulator, decode_completion};
 use wire::WireRequest;
+
+/// Decodes a streamed body delivered in `pieces`, without I/O (for the fuzz targets).
+pub(crate) fn decode_sse_pieces(pieces: Vec<Bytes>) -> (Vec<Result<ChatResponse, ModelError>>, usize) {
+    SseDecoder::decode_pieces(pieces, Accumulator::default())
+}
+
+/// The Chat Completions wire, as far as reading answers goes.
+struct ChatCompletions;
+
+impl WireFormat for ChatCompletions {
+    type Stream = Accumulator;
+
+    fn stream(&self) -> Accumulator {
+        Accumulator::default()
+    }
+
+    fn decode_whole(&self, body: &[u8], time: Duration) -> Result<ChatResponse, ModelError> {
+        decode_completion(body, time)
+    }
+}
 
 /// A chat model behind an OpenAI-compatible `/chat/completions` endpoint.
 #[derive(Clone)]
@@ -47,69 +62,43 @@ pub struct OpenAiChatModel {
 
 struct Inner {
     config: OpenAiConfig,
-    /// Parsed once: parsing (with IDNA) on every request shows up in profiles.
-    endpoint: reqwest::Url,
-    url: String,
-    client: reqwest::Client,
+    endpoint: Endpoint<ChatCompletions>,
 }
 
 impl std::fmt::Debug for OpenAiChatModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiChatModel")
-            .field("url", &self.inner.url)
+            .field("url", &self.inner.endpoint.url)
             .field("model", &self.inner.config.model)
             .field("stream", &self.inner.config.stream)
             .finish()
     }
 }
 
-/// Installs the process-wide TLS crypto provider once (reqwest is built without one, so that
-/// the tree carries a single, fast-to-build provider).
-pub(crate) fn install_crypto_provider() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // An error means another crate installed a provider first, which is just as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
 impl OpenAiChatModel {
     /// Builds the model after checking the config ([`OpenAiConfig::validate`]).
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         config.validate()?;
-        install_crypto_provider();
         let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(key) = &config.api_key {
-            let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                ModelError::Config("the API key contains characters not allowed in a header".into())
-            })?;
-            headers.insert(AUTHORIZATION, value);
+            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"), "API key")?);
         }
-        for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|e| ModelError::Config(format!("invalid header name {name:?}: {e}")))?;
-            let value = HeaderValue::from_str(value)
-                .map_err(|e| ModelError::Config(format!("invalid value for header {name}: {e}")))?;
-            headers.insert(name, value);
-        }
-        // Only the connect limit is left to reqwest: the read and request limits are applied
-        // around each wait (transport.rs), so that an error can say which one fired.
-        let client = reqwest::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
-        let url = config.chat_completions_url();
-        let endpoint = reqwest::Url::parse(&url)
-            .map_err(|e| ModelError::Config(format!("invalid endpoint {url:?}: {e}")))?;
+        let limits = CallLimits {
+            connect_timeout: config.connect_timeout,
+            request_timeout: config.request_timeout,
+            read_timeout: config.read_timeout,
+            retry: config.retry.clone(),
+            stream: config.stream,
+        };
+        let endpoint = Endpoint::new(
+            ChatCompletions,
+            config.chat_completions_url(),
+            headers,
+            &config.headers,
+            limits,
+        )?;
         Ok(OpenAiChatModel {
-            inner: Arc::new(Inner {
-                endpoint,
-                url,
-                config,
-                client,
-            }),
+            inner: Arc::new(Inner { config, endpoint }),
         })
     }
 
@@ -129,23 +118,17 @@ impl ChatModel for OpenAiChatModel {
     }
 
     fn chat(&self, request: ChatRequest) -> ChatStream {
-        let inner = Arc::clone(&self.inner);
-        stream::once(async move {
-            let started = Instant::now();
-            let body = inner.encode(&request)?;
-            inner.open(body, started).await
-        })
-        .flat_map(|opened| -> ChatStream {
-            match opened {
-                Err(e) => stream::once(async { Err(e) }).boxed(),
-                Ok(opened) => opened.into_stream(),
-            }
-        })
-        .boxed()
+        http::chat(Arc::clone(&self.inner), request)
     }
 }
 
-impl Inner {
+impl HttpProvider for Inner {
+    type Format = ChatCompletions;
+
+    fn endpoint(&self) -> &Endpoint<ChatCompletions> {
+        &self.endpoint
+    }
+
     fn encode(&self, request: &ChatRequest) -> Result<Bytes, ModelError> {
         let wire = WireRequest {
             model: &self.config.model,

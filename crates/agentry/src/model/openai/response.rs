@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::message::{ContentBlock, new_id};
 use crate::model::accumulate::{CallDelta, DeltaAccumulator, finished_call};
+use crate::model::http::{Absorbed, StreamAccumulator};
 use crate::model::{ChatResponse, ChatUsage, ModelError, excerpt};
 
 const EXCERPT: usize = 300;
@@ -25,6 +26,7 @@ impl WireUsage {
             input_tokens: self.prompt_tokens,
             output_tokens: self.completion_tokens,
             time,
+            ..ChatUsage::default()
         }
     }
 }
@@ -138,7 +140,7 @@ pub(super) fn decode_completion(body: &[u8], time: Duration) -> Result<ChatRespo
             .or(message.reasoning)
             .filter(|t| !t.is_empty())
         {
-            content.push(ContentBlock::Thinking { thinking });
+            content.push(ContentBlock::thinking(thinking));
         }
         if let Some(text) = message
             .content
@@ -250,6 +252,49 @@ pub(super) struct Accumulator {
     choices_seen: bool,
 }
 
+impl StreamAccumulator for Accumulator {
+    fn absorb(&mut self, _event: &str, data: &str) -> Result<Absorbed, ModelError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Ok(Absorbed::Complete);
+        }
+        Ok(if self.absorb_chunk(Accumulator::parse(data)?)? {
+            Absorbed::Changed
+        } else {
+            Absorbed::Unchanged
+        })
+    }
+
+    fn snapshot(&mut self) -> ChatResponse {
+        self.acc.snapshot()
+    }
+
+    fn finish(&mut self, time: Duration) -> Result<ChatResponse, ModelError> {
+        if !self.choices_seen {
+            return Err(no_choices(format!(
+                "a stream of {} chunk(s) without a choice, then its end",
+                self.chunks
+            )));
+        }
+        Ok(self.acc.finish_at(time))
+    }
+
+    fn end_of_stream(&mut self, time: Duration) -> Result<ChatResponse, ModelError> {
+        if self.acc.is_finished() {
+            // Some servers close the stream after the finish chunk without `[DONE]`.
+            return self.finish(time);
+        }
+        Err(ModelError::Stream(
+            "the server closed the stream before the response was complete (no finish_reason, no [DONE])"
+                .into(),
+        ))
+    }
+
+    fn argument_work(&self) -> usize {
+        self.acc.argument_work()
+    }
+}
+
 impl Accumulator {
     /// Parses one SSE `data` payload.
     pub(super) fn parse(data: &str) -> Result<Chunk, ModelError> {
@@ -260,7 +305,7 @@ impl Accumulator {
     }
 
     /// Absorbs one chunk; returns whether the visible content changed.
-    pub(super) fn absorb(&mut self, chunk: Chunk) -> Result<bool, ModelError> {
+    fn absorb_chunk(&mut self, chunk: Chunk) -> Result<bool, ModelError> {
         if let Some(error) = chunk.error {
             return Err(ModelError::Api(error.message()));
         }
@@ -299,36 +344,6 @@ impl Accumulator {
         }
         Ok(changed)
     }
-
-    /// Whether the server said the response is complete.
-    pub(super) fn finished(&self) -> bool {
-        self.acc.is_finished()
-    }
-
-    /// The complete response, or the error of an answer that never had a choice.
-    pub(super) fn finish(&mut self, time: Duration) -> Result<ChatResponse, ModelError> {
-        if !self.choices_seen {
-            return Err(no_choices(format!(
-                "a stream of {} chunk(s) without a choice, then its end",
-                self.chunks
-            )));
-        }
-        Ok(self.acc.finish_at(time))
-    }
-
-    /// Bytes of tool-call arguments parsed by previews and copied into snapshots so far.
-    pub(super) fn argument_work(&self) -> usize {
-        self.acc.argument_work()
-    }
-
-    /// The response so far; `final_` parses tool arguments strictly and attaches usage.
-    pub(super) fn snapshot(&mut self, final_: bool, time: Duration) -> ChatResponse {
-        if final_ {
-            self.acc.finish_at(time)
-        } else {
-            self.acc.snapshot()
-        }
-    }
 }
 
 #[cfg(test)]
@@ -337,7 +352,7 @@ mod tests {
     use serde_json::json;
 
     fn feed(acc: &mut Accumulator, chunk: Value) -> bool {
-        acc.absorb(Accumulator::parse(&chunk.to_string()).unwrap())
+        acc.absorb_chunk(Accumulator::parse(&chunk.to_string()).unwrap())
             .unwrap()
     }
 
@@ -363,7 +378,7 @@ mod tests {
             json!({"choices": [{"delta": {"tool_calls": [
             {"index": 0, "function": {"arguments": "{\"a\": 1, \"b\": \"tw"}}]}}]})
         ));
-        let partial = acc.snapshot(false, Duration::ZERO);
+        let partial = acc.snapshot();
         let calls: Vec<_> = partial.tool_uses().collect();
         assert_eq!(calls[0].input, json!({"a": 1, "b": "tw"}));
         assert_eq!(calls[1].input, json!({}));
@@ -385,8 +400,8 @@ mod tests {
             &mut acc,
             json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}),
         );
-        assert!(acc.finished());
-        let done = acc.snapshot(true, Duration::ZERO);
+        assert!(acc.acc.is_finished());
+        let done = acc.finish(Duration::ZERO).unwrap();
         assert_eq!(done.id, "r1");
         let calls: Vec<_> = done.tool_uses().collect();
         assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("c0", "add"));
@@ -414,7 +429,7 @@ mod tests {
             &mut acc,
             json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
         );
-        let done = acc.snapshot(true, Duration::ZERO);
+        let done = acc.finish(Duration::ZERO).unwrap();
         let calls: Vec<_> = done.tool_uses().collect();
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].name, "get_weather");
@@ -430,7 +445,7 @@ mod tests {
             json!({"choices": [{"delta": {"tool_calls": [{"index": 0,
             "function": {"name": "add", "arguments": "{a: 1}"}}]}, "finish_reason": "tool_calls"}]}),
         );
-        let done = acc.snapshot(true, Duration::ZERO);
+        let done = acc.finish(Duration::ZERO).unwrap();
         let call = done.tool_uses().next().unwrap();
         assert_eq!(call.input, Value::Null);
         assert_eq!(call.raw_input.as_deref(), Some("{a: 1}"));
@@ -457,7 +472,7 @@ mod tests {
             &mut acc,
             json!({"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]}),
         );
-        let done = acc.snapshot(true, Duration::ZERO);
+        let done = acc.finish(Duration::ZERO).unwrap();
         assert_eq!(
             done.content,
             vec![ContentBlock::thinking("think more"), ContentBlock::text("Hello")]
@@ -468,7 +483,7 @@ mod tests {
     fn error_event_and_garbage_are_errors() {
         let mut acc = Accumulator::default();
         let err = acc
-            .absorb(Accumulator::parse(r#"{"error": {"message": "overloaded"}}"#).unwrap())
+            .absorb_chunk(Accumulator::parse(r#"{"error": {"message": "overloaded"}}"#).unwrap())
             .unwrap_err();
         assert!(matches!(err, ModelError::Api(m) if m == "overloaded"));
         let err = Accumulator::parse("this is not json").err().unwrap();

@@ -246,7 +246,10 @@ fn tool_output_text(blocks: &[ContentBlock]) -> String {
             ContentBlock::Text { text } => text.clone(),
             ContentBlock::Image { source } => media_note("image", source),
             ContentBlock::Audio { source } => media_note("audio", source),
-            ContentBlock::Thinking { .. } | ContentBlock::ToolUse(_) | ContentBlock::ToolResult(_) => {
+            ContentBlock::Thinking { .. }
+            | ContentBlock::RedactedThinking { .. }
+            | ContentBlock::ToolUse(_)
+            | ContentBlock::ToolResult(_) => {
                 continue;
             }
         };
@@ -302,7 +305,10 @@ fn content_part(block: &ContentBlock) -> Option<Value> {
             }
             MediaSource::Url { url } => Some(json!({"type": "text", "text": format!("[audio at {url}]")})),
         },
-        ContentBlock::Thinking { .. } | ContentBlock::ToolUse(_) | ContentBlock::ToolResult(_) => None,
+        ContentBlock::Thinking { .. }
+        | ContentBlock::RedactedThinking { .. }
+        | ContentBlock::ToolUse(_)
+        | ContentBlock::ToolResult(_) => None,
     }
 }
 

@@ -6,12 +6,12 @@ use bytes::Bytes;
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 
-use super::response::Accumulator;
+use super::{Absorbed, StreamAccumulator};
 use crate::model::{ChatResponse, ChatStream, ModelError};
 
 /// Why reading the response body stopped.
 #[derive(Debug)]
-pub(super) enum ReadError {
+pub(crate) enum ReadError {
     /// The connection broke.
     Transport(String),
     /// A limit fired while waiting for bytes.
@@ -32,35 +32,35 @@ impl std::error::Error for ReadError {}
 type Events = BoxStream<'static, Result<Event, EventStreamError<ReadError>>>;
 
 /// A streamed answer being decoded.
-pub(super) struct SseDecoder {
+pub(crate) struct SseDecoder<A> {
     events: Events,
-    acc: Accumulator,
+    acc: A,
     started: Instant,
-    /// The first data event, read ahead to know the stream really started (then a retry would
-    /// throw away something already used).
-    pending: Option<String>,
+    /// The first data event (name, data), read ahead to know the stream really started (then
+    /// a retry would throw away something already used).
+    pending: Option<(String, String)>,
     done: bool,
 }
 
 /// What reading up to the first data event found.
-pub(super) enum Start {
+pub(crate) enum Start<A> {
     /// A data event arrived: the answer has begun.
-    Started(SseDecoder),
+    Started(SseDecoder<A>),
     /// The stream ended or broke before any data: nothing was used, so the call may be retried.
     Broken(ModelError),
     /// A limit fired or the stream is not valid SSE: retrying would not help.
     Failed(ModelError),
 }
 
-impl SseDecoder {
+impl<A: StreamAccumulator> SseDecoder<A> {
     /// A decoder over the body's bytes; `started` is when the request was sent (for usage).
-    pub(super) fn new<S>(bytes: S, started: Instant) -> Self
+    pub(crate) fn new<S>(bytes: S, acc: A, started: Instant) -> Self
     where
         S: Stream<Item = Result<Bytes, ReadError>> + Send + 'static,
     {
         SseDecoder {
             events: bytes.eventsource().boxed(),
-            acc: Accumulator::default(),
+            acc,
             started,
             pending: None,
             done: false,
@@ -68,7 +68,7 @@ impl SseDecoder {
     }
 
     /// Reads until the first non-empty data event, which is kept for [`SseDecoder::into_stream`].
-    pub(super) async fn start(mut self) -> Start {
+    pub(crate) async fn start(mut self) -> Start<A> {
         loop {
             match self.events.next().await {
                 None => {
@@ -84,7 +84,10 @@ impl SseDecoder {
                 Some(Err(e)) => return Start::Failed(event_error(e)),
                 Some(Ok(event)) => {
                     if !event.data.trim().is_empty() {
-                        self.pending = Some(event.data);
+                        if let Some(error) = self.acc.early_error(&event.event, &event.data) {
+                            return Start::Broken(error);
+                        }
+                        self.pending = Some((event.event, event.data));
                         return Start::Started(self);
                     }
                 }
@@ -93,7 +96,7 @@ impl SseDecoder {
     }
 
     /// The cumulative responses: one per visible change, then the complete one.
-    pub(super) fn into_stream(self) -> ChatStream {
+    pub(crate) fn into_stream(self) -> ChatStream {
         stream::unfold(self, |mut state| async move {
             if state.done {
                 return None;
@@ -110,8 +113,12 @@ impl SseDecoder {
     /// Decodes a whole body delivered in `pieces`, without any I/O: every item the stream
     /// would yield, and the bytes of tool-call arguments parsed by previews and copied into
     /// those items (for the fuzz targets).
-    pub(crate) fn decode_pieces(pieces: Vec<Bytes>) -> (Vec<Result<ChatResponse, ModelError>>, usize) {
-        let decoder = SseDecoder::new(stream::iter(pieces.into_iter().map(Ok)), Instant::now());
+    #[cfg(feature = "openai")]
+    pub(crate) fn decode_pieces(
+        pieces: Vec<Bytes>,
+        acc: A,
+    ) -> (Vec<Result<ChatResponse, ModelError>>, usize) {
+        let decoder = SseDecoder::new(stream::iter(pieces.into_iter().map(Ok)), acc, Instant::now());
         futures::executor::block_on(async move {
             let mut decoder = match decoder.start().await {
                 Start::Started(decoder) => decoder,
@@ -133,33 +140,26 @@ impl SseDecoder {
     /// complete (`(final, true)`).
     async fn next_response(&mut self) -> Result<(ChatResponse, bool), ModelError> {
         loop {
-            let data = match self.pending.take() {
-                Some(data) => data,
+            let (event, data) = match self.pending.take() {
+                Some(pending) => pending,
                 None => match self.events.next().await {
-                    Some(event) => event.map_err(event_error)?.data,
+                    Some(event) => {
+                        let event = event.map_err(event_error)?;
+                        (event.event, event.data)
+                    }
                     None => break,
                 },
             };
-            let data = data.trim();
-            if data == "[DONE]" {
-                return Ok((self.acc.finish(self.started.elapsed())?, true));
-            }
-            if data.is_empty() {
+            if data.trim().is_empty() {
                 continue;
             }
-            let chunk = Accumulator::parse(data)?;
-            if self.acc.absorb(chunk)? {
-                return Ok((self.acc.snapshot(false, self.started.elapsed()), false));
+            match self.acc.absorb(&event, &data)? {
+                Absorbed::Unchanged => {}
+                Absorbed::Changed => return Ok((self.acc.snapshot(), false)),
+                Absorbed::Complete => return Ok((self.acc.finish(self.started.elapsed())?, true)),
             }
         }
-        if self.acc.finished() {
-            // Some servers close the stream after the finish chunk without `[DONE]`.
-            return Ok((self.acc.finish(self.started.elapsed())?, true));
-        }
-        Err(ModelError::Stream(
-            "the server closed the stream before the response was complete (no finish_reason, no [DONE])"
-                .into(),
-        ))
+        Ok((self.acc.end_of_stream(self.started.elapsed())?, true))
     }
 }
 

@@ -7,24 +7,23 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 
-use super::Inner;
-use super::response::decode_completion;
 use super::sse::{ReadError, SseDecoder, Start};
+use super::{Endpoint, StreamAccumulator, WireFormat};
 use crate::error_chain;
-use crate::model::{ChatResponse, ChatStream, ModelError, TimeoutLimit, excerpt};
+use crate::model::{ChatResponse, ChatStream, ModelError, TimeoutLimit};
 
 /// How many times in one call a connection the server had already closed is replaced at once,
 /// without counting as an attempt: the pool may hold several such connections.
 const STALE_RETRIES: u32 = 3;
 
 /// A request whose answer has begun: a complete body, or a stream past its first data event.
-pub(super) enum Opened {
+pub(crate) enum Opened<A> {
     Whole(ChatResponse),
-    Stream(SseDecoder),
+    Stream(SseDecoder<A>),
 }
 
-impl Opened {
-    pub(super) fn into_stream(self) -> ChatStream {
+impl<A: StreamAccumulator> Opened<A> {
+    pub(crate) fn into_stream(self) -> ChatStream {
         match self {
             Opened::Whole(response) => stream::once(async { Ok(response) }).boxed(),
             Opened::Stream(decoder) => decoder.into_stream(),
@@ -139,10 +138,10 @@ fn body_stream(
     })
 }
 
-impl Inner {
+impl<F: WireFormat> Endpoint<F> {
     /// Sends the request, retrying per the policy, until an answer has begun.
-    pub(super) async fn open(&self, body: Bytes, started: Instant) -> Result<Opened, ModelError> {
-        let policy = &self.config.retry;
+    pub(crate) async fn open(&self, body: Bytes, started: Instant) -> Result<Opened<F::Stream>, ModelError> {
+        let policy = &self.limits.retry;
         let mut attempt = 0u32;
         let mut stale = 0u32;
         loop {
@@ -171,17 +170,22 @@ impl Inner {
         }
     }
 
-    async fn attempt(&self, body: Bytes, attempt: u32, started: Instant) -> Result<Opened, Failure> {
+    async fn attempt(
+        &self,
+        body: Bytes,
+        attempt: u32,
+        started: Instant,
+    ) -> Result<Opened<F::Stream>, Failure> {
         let limits = Limits {
-            read: self.config.read_timeout,
-            request: self.config.request_timeout,
-            deadline: tokio::time::Instant::now() + self.config.request_timeout,
+            read: self.limits.read_timeout,
+            request: self.limits.request_timeout,
+            deadline: tokio::time::Instant::now() + self.limits.request_timeout,
             url: self.url.clone(),
             attempts: attempt,
         };
         // A server answering without streaming sends nothing until the whole answer is ready,
         // so only the request limit bounds that wait; a streaming server sends its head at once.
-        let (wait, limit) = if self.config.stream {
+        let (wait, limit) = if self.limits.stream {
             limits.next_read()
         } else {
             (limits.request, TimeoutLimit::Request)
@@ -202,7 +206,7 @@ impl Inner {
             let error = ModelError::Status {
                 url: self.url.clone(),
                 status: status.as_u16(),
-                body: excerpt(text.trim(), 500),
+                body: self.format.error_text(&text),
                 attempts: attempt,
             };
             return Err(if is_retryable_status(status.as_u16()) {
@@ -220,7 +224,7 @@ impl Inner {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if is_sse {
-            let decoder = SseDecoder::new(body_stream(response, limits), started);
+            let decoder = SseDecoder::new(body_stream(response, limits), self.format.stream(), started);
             return match decoder.start().await {
                 Start::Started(decoder) => Ok(Opened::Stream(decoder)),
                 Start::Broken(error) => Err(Failure::counted(error)),
@@ -229,7 +233,9 @@ impl Inner {
         }
         // Also taken when a server ignores `stream: true` and answers with one JSON body.
         match read_all(response, &limits).await {
-            Ok(body) => decode_completion(&body, started.elapsed())
+            Ok(body) => self
+                .format
+                .decode_whole(&body, started.elapsed())
                 .map(Opened::Whole)
                 .map_err(Failure::never),
             Err(ReadError::Timeout(error)) => Err(Failure::never(error)),
@@ -245,7 +251,7 @@ impl Inner {
             return Failure::counted(ModelError::Timeout {
                 url: self.url.clone(),
                 limit: TimeoutLimit::Connect,
-                timeout: self.config.connect_timeout,
+                timeout: self.limits.connect_timeout,
                 attempts,
             });
         }
