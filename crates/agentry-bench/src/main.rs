@@ -7,9 +7,14 @@
 //!
 //! ```text
 //! agentry-bench --base-url URL -k K -p P -r R -c C --stream|--no-stream
-//!               [--keep-history] [--warmup N] [--threads N] [--label NAME]
-//!               [--db FILE [--synchronous full|normal]]
+//!               [--provider openai|anthropic] [--keep-history] [--warmup N] [--threads N]
+//!               [--label NAME] [--db FILE [--synchronous full|normal]] [--otel-noop]
 //! ```
+//!
+//! `--provider anthropic` runs the loop over the Anthropic Messages provider
+//! (`AnthropicChatModel`, prompt caching on) instead of the OpenAI-compatible one, everything
+//! else the same; `--base-url` is then an Anthropic endpoint, e.g. the `anthropic-adapter`
+//! (this crate) in front of the mock.
 //!
 //! With `--db`, each agent keeps its conversation in a durable session of that SQLite file
 //! (`agentry-store`: every message committed before the loop goes on, a call record per tool
@@ -17,6 +22,19 @@
 //!
 //! In stream mode the driver reads the reply's event stream (every cumulative message chunk),
 //! as a terminal or a web page would; in non-stream mode it awaits the reply.
+//!
+//! With `--otel-noop`, the GenAI trace spans are on: the `tracing-opentelemetry` layer of
+//! `agentry-otel` with its batch processor and an exporter that drops every batch, so the CPU
+//! per step of tracing (spans, attributes, the processor's thread; not the network) shows
+//! against a run without the flag, where no subscriber exists and each span costs a callsite
+//! check. The result's `"tracing"` says which (`off` or `otel-noop`). With the mock of
+//! `shared/bench` at `$MOCK_URL`:
+//!
+//! ```text
+//! cargo build --release -p agentry-bench
+//! B=target/release/agentry-bench; A="--base-url $MOCK_URL -k 5 -r 200 --no-stream --warmup 5"
+//! $B $A --label off; $B $A --label otel --otel-noop   # compare cpu_ms_per_iter (≤ +10 %)
+//! ```
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -25,7 +43,7 @@ use std::time::Instant;
 
 use agentry::agent::ReActAgent;
 use agentry::message::Msg;
-use agentry::model::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
+use agentry::model::{AnthropicChatModel, AnthropicConfig, OpenAiChatModel, OpenAiConfig, RetryPolicy};
 use agentry::tool::{Toolkit, tool};
 use agentry_store::{CallRecorder, SessionMemory, SessionStore, SqliteOptions, SqliteStore, Synchronous};
 use anyhow::{Context, bail};
@@ -52,12 +70,14 @@ struct Args {
     r: u64,
     c: u64,
     stream: bool,
+    anthropic: bool,
     keep_history: bool,
     warmup: u64,
     threads: usize,
     label: String,
     db: Option<std::path::PathBuf>,
     synchronous: Synchronous,
+    otel_noop: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -68,12 +88,14 @@ fn parse_args() -> anyhow::Result<Args> {
         r: 20,
         c: 1,
         stream: true,
+        anthropic: false,
         keep_history: false,
         warmup: 1,
         threads: 1,
         label: "agentry".into(),
         db: None,
         synchronous: Synchronous::Full,
+        otel_noop: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -89,7 +111,15 @@ fn parse_args() -> anyhow::Result<Args> {
             "--label" => args.label = value()?,
             "--stream" => args.stream = true,
             "--no-stream" => args.stream = false,
+            "--provider" => {
+                args.anthropic = match value()?.as_str() {
+                    "openai" => false,
+                    "anthropic" => true,
+                    other => bail!("--provider openai|anthropic, not {other}"),
+                }
+            }
             "--keep-history" => args.keep_history = true,
+            "--otel-noop" => args.otel_noop = true,
             "--db" => args.db = Some(value()?.into()),
             "--synchronous" => {
                 args.synchronous = match value()?.as_str() {
@@ -101,8 +131,8 @@ fn parse_args() -> anyhow::Result<Args> {
             "-h" | "--help" => {
                 println!(
                     "agentry-bench --base-url URL -k K -p P -r R -c C --stream|--no-stream \
-                     [--keep-history] [--warmup N] [--threads N] [--label NAME] \
-                     [--db FILE [--synchronous full|normal]]"
+                     [--provider openai|anthropic] [--keep-history] [--warmup N] [--threads N] [--label NAME] \
+                     [--db FILE [--synchronous full|normal]] [--otel-noop]"
                 );
                 std::process::exit(0);
             }
@@ -117,13 +147,24 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 async fn make_agent(args: &Args, index: u64, store: Option<&Arc<SqliteStore>>) -> anyhow::Result<ReActAgent> {
-    let config = OpenAiConfig::new("mock-model")
-        .base_url(&args.base_url)
-        .stream(args.stream)
-        .retry(RetryPolicy::none());
     let toolkit = Toolkit::new();
     toolkit.register(AddTool)?;
     let mut builder = ReActAgent::builder();
+    builder = if args.anthropic {
+        let config = AnthropicConfig::new("mock-model")
+            .base_url(&args.base_url)
+            .api_key("bench")
+            .prompt_caching(true)
+            .stream(args.stream)
+            .retry(RetryPolicy::none());
+        builder.model(AnthropicChatModel::new(config)?)
+    } else {
+        let config = OpenAiConfig::new("mock-model")
+            .base_url(&args.base_url)
+            .stream(args.stream)
+            .retry(RetryPolicy::none());
+        builder.model(OpenAiChatModel::new(config)?)
+    };
     if let Some(store) = store {
         let store: Arc<dyn SessionStore> = Arc::clone(store) as Arc<dyn SessionStore>;
         let memory =
@@ -135,7 +176,6 @@ async fn make_agent(args: &Args, index: u64, store: Option<&Arc<SqliteStore>>) -
     Ok(builder
         .name("bench")
         .sys_prompt(SYS_PROMPT)
-        .model(OpenAiChatModel::new(config)?)
         .toolkit(toolkit)
         .max_iters(args.k as usize + 5)
         .parallel_tool_calls(args.p > 1)
@@ -308,6 +348,7 @@ async fn bench(args: Args) -> anyhow::Result<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "mode": if args.stream { "stream" } else { "non-stream" },
         "history": if args.keep_history { "keep" } else { "reset" },
+        "tracing": if args.otel_noop { "otel-noop" } else { "off" },
         "concurrency": args.c,
         "requests": n_req,
         "k": args.k,
@@ -329,6 +370,14 @@ async fn bench(args: Args) -> anyhow::Result<Value> {
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
+    // Installed before the runtime, so that every thread of it sees the subscriber.
+    let traces = args.otel_noop.then(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let (layer, guard) = agentry_otel::init_noop();
+        tracing_subscriber::registry().with(layer).init();
+        guard
+    });
     let runtime = if args.threads > 1 {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(args.threads)
@@ -351,5 +400,8 @@ fn main() -> anyhow::Result<()> {
         result["srv_cpu_ms_per_iter"]
     );
     println!("RESULT {}", python_json(&result));
+    if let Some(traces) = traces {
+        traces.shutdown()?;
+    }
     Ok(())
 }

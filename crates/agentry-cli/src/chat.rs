@@ -62,11 +62,12 @@ async fn run_command(command: &str, agent: &ReActAgent, session: Option<&Session
             if let Some(memory) = session {
                 match memory.store().usage(&memory.session().id).await {
                     Ok(total) => eprintln!(
-                        "session {}: {} replies, {} tokens in, {} out",
+                        "session {}: {} replies, {} tokens in, {} out{}",
                         sanitize::line(&memory.session().name),
                         total.calls,
                         total.input_tokens,
-                        total.output_tokens
+                        total.output_tokens,
+                        crate::sessions::ledger_detail(&total)
                     ),
                     Err(e) => eprintln!("error: {}", sanitize::line(&e.to_string())),
                 }

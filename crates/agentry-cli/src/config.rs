@@ -63,6 +63,14 @@ pub struct ModelArgs {
     /// The GGUF file of the local model (with `--provider local`) [env: AGENTRY_MODEL_PATH]
     #[arg(long, value_name = "FILE")]
     pub model_path: Option<PathBuf>,
+    /// Record every model request and its streamed answer, with timings, to FILE (a cassette,
+    /// JSON Lines; created or emptied) for --replay
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+    /// Answer from a cassette written by --record instead of a model: no server is contacted
+    /// and no provider setting is needed; a request that differs from the recorded one fails
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
 }
 
 /// Where the model runs.
@@ -96,6 +104,15 @@ pub enum ProviderConfig {
         /// Keep the calls it writes valid (`--no-call-constraint` turns this off).
         constrain_calls: bool,
     },
+    /// The calls of a cassette, served without a model (`--replay`).
+    Replay(PathBuf),
+    /// Another provider, its calls recorded to a cassette (`--record`).
+    Record {
+        /// The cassette written.
+        path: PathBuf,
+        /// The provider recorded.
+        inner: Box<ProviderConfig>,
+    },
 }
 
 /// The local model: a file, or a model known by name (fetched into the cache on first use).
@@ -116,7 +133,22 @@ pub const DEFAULT_LOCAL_MODEL: &str = "qwen2.5-coder-1.5b";
 
 /// Which provider the flags, the environment and the file ask for. With none asked for, the
 /// local model runs unless an OpenAI-compatible server is configured (a base URL or an API key).
+/// `--replay` replaces the provider (nothing else is read); `--record` wraps it.
 pub fn provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<ProviderConfig> {
+    if let Some(path) = &args.replay {
+        return Ok(ProviderConfig::Replay(path.clone()));
+    }
+    let config = model_provider_config(args, file)?;
+    Ok(match &args.record {
+        Some(path) => ProviderConfig::Record {
+            path: path.clone(),
+            inner: Box::new(config),
+        },
+        None => config,
+    })
+}
+
+fn model_provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<ProviderConfig> {
     let from_env = match env("AGENTRY_PROVIDER") {
         Some(name) => Some(match name.to_ascii_lowercase().as_str() {
             "openai" => ProviderName::Openai,
@@ -229,6 +261,14 @@ pub struct ConfigFile {
     thinking_budget: Option<u32>,
     /// Anthropic: cache the system prompt and tools (default true).
     prompt_caching: Option<bool>,
+    /// Prices per model name or `prefix*`, in US dollars per million tokens:
+    /// `{"claude-sonnet-*": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}}`.
+    #[serde(default)]
+    pub prices: agentry::usage::PriceTable,
+    /// Most tokens one reply may use (`--max-tokens-per-reply`).
+    pub max_tokens_per_reply: Option<u64>,
+    /// Most US dollars one reply may cost (`--max-cost-per-reply`; needs the model's price).
+    pub max_cost_per_reply: Option<f64>,
     /// Settings the agent uses (read by the commands).
     pub system_prompt: Option<String>,
     /// Default `max_iters`.
@@ -454,6 +494,8 @@ mod tests {
             provider: None,
             model_path: None,
             no_call_constraint: false,
+            record: None,
+            replay: None,
         };
         let config = model_config(&args, &file);
         assert_eq!(config.model, "flag-model");
@@ -492,6 +534,8 @@ mod tests {
             provider: None,
             model_path: None,
             no_call_constraint: false,
+            record: None,
+            replay: None,
         }
     }
 
@@ -530,6 +574,32 @@ mod tests {
         };
         let err = provider_config(&unknown, &ConfigFile::default()).unwrap_err();
         assert!(err.to_string().contains("--model-path"), "{err}");
+    }
+
+    #[test]
+    fn replay_needs_no_provider_and_record_wraps_one() {
+        let replay = ModelArgs {
+            provider: Some(ProviderName::Local),
+            model: Some("not-a-known-model".into()),
+            replay: Some("c.jsonl".into()),
+            ..no_flags()
+        };
+        assert!(matches!(
+            provider_config(&replay, &ConfigFile::default()).unwrap(),
+            ProviderConfig::Replay(path) if path == Path::new("c.jsonl")
+        ));
+        let record = ModelArgs {
+            base_url: Some("http://h/v1".into()),
+            record: Some("c.jsonl".into()),
+            ..no_flags()
+        };
+        match provider_config(&record, &ConfigFile::default()).unwrap() {
+            ProviderConfig::Record { path, inner } => {
+                assert_eq!(path, Path::new("c.jsonl"));
+                assert!(matches!(*inner, ProviderConfig::OpenAi(_)));
+            }
+            other => panic!("expected a recording, got {other:?}"),
+        }
     }
 
     #[test]

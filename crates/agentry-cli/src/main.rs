@@ -81,11 +81,23 @@ enum Command {
     Eval(eval::EvalArgs),
 }
 
-fn init_tracing() {
+/// Logs to stderr, and the GenAI trace spans to OpenTelemetry when `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// is set: the guard returned exports the last spans when dropped.
+fn init_tracing() -> Option<agentry_otel::OtelGuard> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
     // `AGENTRY_LOG=agentry=debug` for details; warnings (such as retries) are shown by default.
     // rmcp's own logs dump transport internals for failures agentry reports in plain words.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTRY_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("AGENTRY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
+    // The GenAI spans are for the trace exporter; the log shows them only when asked by name.
+    if !std::env::var("AGENTRY_LOG").is_ok_and(|spec| spec.contains(agentry_otel::TRACE_TARGET))
+        && let Ok(off) = format!("{}=off", agentry_otel::TRACE_TARGET).parse()
+    {
+        filter = filter.add_directive(off);
+    }
     // Colour codes only for a terminal: in a log file or a pipe they are noise.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     // Field values quote servers (an error body, a server's stderr): escaped like any other
@@ -99,19 +111,29 @@ fn init_tracing() {
         }
     })
     .delimited(" ");
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .fmt_fields(fields)
         .with_writer(std::io::stderr)
         .with_ansi(colour)
         .with_target(false)
-        .init();
+        .with_filter(filter);
+    // Its own filter: the log level changes nothing of what is exported.
+    let otel = agentry_otel::init_from_env().unwrap_or_else(|e| {
+        eprintln!(
+            "warning: {}; traces are not exported",
+            sanitize::line(&e.to_string())
+        );
+        None
+    });
+    let (otel, guard) = otel.unzip();
+    tracing_subscriber::registry().with(log).with(otel).init();
+    guard
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     set_model_threads(cli.threads);
-    init_tracing();
+    let traces = init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -136,5 +158,11 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     // Backstop: stdio MCP servers a path did not close (their process groups) do not outlive us.
     agentry::mcp::kill_all_servers();
+    // Every reply has ended: its spans go out before the process does.
+    if let Some(traces) = traces
+        && let Err(e) = traces.shutdown()
+    {
+        eprintln!("warning: {}", sanitize::line(&e.to_string()));
+    }
     code
 }

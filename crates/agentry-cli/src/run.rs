@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use agentry::agent::{AgentError, ReActAgent};
 use agentry::message::Msg;
-use agentry::model::{AnthropicChatModel, ChatModel, ModelError, OpenAiChatModel, TimeoutLimit};
+use agentry::model::{
+    AnthropicChatModel, ChatModel, ModelError, OpenAiChatModel, RecordingModel, ReplayModel, TimeoutLimit,
+};
 use agentry::tool::Toolkit;
 use anyhow::Context;
 use clap::Args;
@@ -72,9 +74,18 @@ pub struct AgentArgs {
     pub no_mcp: bool,
     #[command(flatten)]
     pub scripts: ScriptArgs,
-    /// After the reply, print what the local model did: load time, tokens, tokens per second
+    /// After the reply, print its tokens (cached and reasoning ones apart) and cost, and what
+    /// the local model did: load time, tokens per second
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Stop a reply once it has used this many tokens, as a cancel (config:
+    /// max_tokens_per_reply)
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens_per_reply: Option<u64>,
+    /// Stop a reply once it has cost this many US dollars, as a cancel; needs the model's price
+    /// in the config's "prices" (config: max_cost_per_reply)
+    #[arg(long, value_name = "USD")]
+    pub max_cost_per_reply: Option<f64>,
     /// Continue the conversation kept under this name, or start it: every message and tool
     /// call is stored (see `agentry sessions`) and survives a crash
     #[arg(long, value_name = "NAME")]
@@ -133,6 +144,13 @@ pub(crate) async fn build_model_with_figures(
     config: ProviderConfig,
 ) -> anyhow::Result<(Arc<dyn ChatModel>, LocalFigures)> {
     match config {
+        ProviderConfig::Replay(path) => Ok((Arc::new(ReplayModel::open(path)?), None)),
+        ProviderConfig::Record { path, inner } => {
+            let (model, local) = Box::pin(build_model_with_figures(*inner)).await?;
+            let recording = RecordingModel::create(model, &path)
+                .with_context(|| format!("cannot create the cassette {}", path.display()))?;
+            Ok((Arc::new(recording), local))
+        }
         ProviderConfig::OpenAi(config) => Ok((Arc::new(OpenAiChatModel::new(config)?), None)),
         ProviderConfig::Anthropic(config) => Ok((Arc::new(AnthropicChatModel::new(config)?), None)),
         #[cfg(feature = "local")]
@@ -193,6 +211,26 @@ async fn load_local_model(
     Ok(loaded)
 }
 
+/// One reply's tokens and cost, as `--verbose` and `/usage` print them.
+pub(crate) fn ledger_line(usage: &agentry::model::ChatUsage, cost: Option<f64>) -> String {
+    let mut line = format!("usage: {} tokens in", usage.input_tokens);
+    if usage.cache_read_tokens + usage.cache_write_tokens > 0 {
+        line.push_str(&format!(
+            " ({} read from the cache, {} written to it)",
+            usage.cache_read_tokens, usage.cache_write_tokens
+        ));
+    }
+    line.push_str(&format!(", {} out", usage.output_tokens));
+    if usage.reasoning_tokens > 0 {
+        line.push_str(&format!(" ({} reasoning)", usage.reasoning_tokens));
+    }
+    match cost {
+        Some(cost) => line.push_str(&format!("; cost ${cost:.4}")),
+        None => line.push_str("; cost unknown (no price for this model in the config's \"prices\")"),
+    }
+    line
+}
+
 /// `--verbose`: what the local model did, on stderr.
 #[cfg(feature = "local")]
 pub(crate) fn print_local_figures(local: &LocalFigures) {
@@ -250,6 +288,7 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     if let Some(memory) = &session {
         builder = builder
             .memory(Arc::clone(memory))
+            .conversation_id(memory.session().id.as_str())
             .hook("session-calls", CallRecorder::new(Arc::clone(memory)));
     }
     match builder.build() {
@@ -320,6 +359,17 @@ pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe
         .or(file.system_prompt)
         .unwrap_or_else(|| default_system_prompt(&workdir, &mcp));
     let max_iters = args.max_iters.or(file.max_iters).unwrap_or(10);
+    let budget = agentry::usage::ReplyBudget {
+        max_tokens: args.max_tokens_per_reply.or(file.max_tokens_per_reply),
+        max_cost: args.max_cost_per_reply.or(file.max_cost_per_reply),
+    };
+    if budget.max_cost.is_some() && file.prices.price(model.model_name()).is_none() {
+        eprintln!(
+            "warning: --max-cost-per-reply needs the price of {:?} in the config's \"prices\"; without it only tokens are limited",
+            sanitize::line(model.model_name())
+        );
+    }
+    let prices = file.prices.clone();
     let parallel = args.parallel;
     let tools = toolkit.clone();
     let builder = move || {
@@ -328,6 +378,8 @@ pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe
             .sys_prompt(system.clone())
             .model(Arc::clone(&model))
             .toolkit(tools.clone())
+            .prices(prices.clone())
+            .budget(budget)
             .max_iters(max_iters)
             .parallel_tool_calls(parallel)
             .tool_shim(shim)
@@ -364,6 +416,7 @@ pub fn report_error(e: &AgentError) {
             },
         ) => eprintln!("{SETUP_HINT}"),
         AgentError::Model(ModelError::Timeout { .. }) => eprintln!("{TIMEOUT_HINT}"),
+        AgentError::Model(ModelError::Replay(_)) => eprintln!("{REPLAY_HINT}"),
         _ => {}
     }
 }
@@ -393,6 +446,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     mcp.close().await;
     if args.agent.verbose {
+        if let Some((_, usage)) = &terminal.last_usage {
+            eprintln!("{}", ledger_line(usage, terminal.last_cost));
+        }
         print_local_figures(&local);
     }
     match outcome {
@@ -414,6 +470,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     }
 }
+
+const REPLAY_HINT: &str = "hint: --replay serves only the requests of the recorded run: the same prompt, \
+     options, tools and working directory. Record the new run with --record FILE.";
 
 const TIMEOUT_HINT: &str = "hint: the server took too long. A server still working may need more time: \
      --read-timeout (silence while streaming), --request-timeout (the whole answer, and the wait for one \

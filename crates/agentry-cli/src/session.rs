@@ -114,6 +114,8 @@ pub struct Terminal {
     closed_question_shown: bool,
     /// The token use of the last reply that finished, for the session's ledger.
     pub last_usage: Option<(ReplyId, ChatUsage)>,
+    /// The last reply's cost, when the model's price is known.
+    pub last_cost: Option<f64>,
 }
 
 impl Terminal {
@@ -140,6 +142,7 @@ impl Terminal {
             keeps_prompts,
             closed_question_shown: false,
             last_usage: None,
+            last_cost: None,
         }
     }
 
@@ -302,8 +305,9 @@ impl Terminal {
                         continue;
                     }
                     track_started(&mut started, &event);
-                    if let AgentEvent::ReplyFinished { reply_id, usage, .. } = &event {
+                    if let AgentEvent::ReplyFinished { reply_id, usage, cost, .. } = &event {
                         self.last_usage = Some((reply_id.clone(), usage.clone()));
+                        self.last_cost = *cost;
                     }
                     match event {
                         AgentEvent::ApprovalRequested { call_id, name, request, automatic: false, .. } => {
@@ -318,6 +322,9 @@ impl Terminal {
                         }
                         AgentEvent::ReplyFinished { stop_reason: StopReason::Cancelled, .. } => {
                             self.say(&self.style.dim("(reply cancelled: the model is told what ran, what did not, and that you interrupted it)"));
+                        }
+                        AgentEvent::ReplyFinished { stop_reason: StopReason::BudgetReached(ref why), .. } => {
+                            self.say(&self.style.dim(&format!("(reply stopped: {why}; the model is told what ran and what did not)")));
                         }
                         _ => {}
                     }

@@ -110,7 +110,7 @@ pub async fn after_reply(
     if let Some((reply_id, usage)) = terminal.last_usage.take()
         && let Err(e) = memory
             .store()
-            .record_usage(memory.lease(), Some(&reply_id), &usage)
+            .record_usage(memory.lease(), Some(&reply_id), &usage, terminal.last_cost)
             .await
     {
         tracing::warn!(error = %e, "the session's token use was not recorded");
@@ -383,10 +383,31 @@ fn print_session(export: &SessionExport) {
     if u.calls > 0 {
         println!();
         println!(
-            "model calls: {}, tokens in {} / out {}",
-            u.calls, u.input_tokens, u.output_tokens
+            "replies: {}, tokens in {} / out {}{}",
+            u.calls,
+            u.input_tokens,
+            u.output_tokens,
+            ledger_detail(u)
         );
     }
+}
+
+/// Cache, reasoning and cost figures of a ledger, when there are any.
+pub(crate) fn ledger_detail(u: &agentry_store::UsageTotals) -> String {
+    let mut out = String::new();
+    if u.cache_read_tokens + u.cache_write_tokens > 0 {
+        out.push_str(&format!(
+            " (cache: {} read, {} written)",
+            u.cache_read_tokens, u.cache_write_tokens
+        ));
+    }
+    if u.reasoning_tokens > 0 {
+        out.push_str(&format!(", {} reasoning", u.reasoning_tokens));
+    }
+    if let Some(cost) = u.cost_usd {
+        out.push_str(&format!(", cost ${cost:.4}"));
+    }
+    out
 }
 
 fn print_message(msg: &Msg) {

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod cassette;
 mod crash;
 mod eval;
 mod interactive;
@@ -15,3 +16,4 @@ mod serve;
 mod sessions;
 mod terminal;
 mod tool_shim;
+mod traces;

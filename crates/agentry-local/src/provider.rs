@@ -365,6 +365,10 @@ impl ChatModel for LocalModel {
         &self.name
     }
 
+    fn provider_name(&self) -> &str {
+        "agentry.local"
+    }
+
     fn is_streaming(&self) -> bool {
         true
     }

@@ -64,12 +64,18 @@ impl LiveSession {
         tokio::spawn(async move {
             let mut finished = false;
             while let Some(event) = run.next_event().await {
-                if let agentry::agent::AgentEvent::ReplyFinished { reply_id, usage, .. } = &event {
+                if let agentry::agent::AgentEvent::ReplyFinished {
+                    reply_id,
+                    usage,
+                    cost,
+                    ..
+                } = &event
+                {
                     // The ledger first, then the session is free, then it is announced: a
                     // client that sees `reply_finished` may start the next reply at once.
                     if let Err(e) = memory
                         .store()
-                        .record_usage(memory.lease(), Some(reply_id), usage)
+                        .record_usage(memory.lease(), Some(reply_id), usage, *cost)
                         .await
                     {
                         tracing::warn!(error = %e, "the reply's token use was not recorded");

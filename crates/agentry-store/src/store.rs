@@ -206,12 +206,13 @@ pub trait SessionStore: Send + Sync {
 
     // ---- usage ----
 
-    /// Records one model call's token use.
+    /// Records the token use of one model call or reply, and its cost when known.
     async fn record_usage(
         &self,
         lease: &Lease,
         reply_id: Option<&ReplyId>,
         usage: &ChatUsage,
+        cost: Option<f64>,
     ) -> Result<(), StoreError>;
     /// The session's total token use.
     async fn usage(&self, id: &SessionId) -> Result<UsageTotals, StoreError>;

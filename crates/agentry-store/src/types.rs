@@ -115,14 +115,15 @@ impl CallStatus {
         }
     }
 
-    /// What stopped a call that did not end on its own: `user`, `reply`, `restart` (a cancel's
-    /// reason) or `timeout` (Y3).
+    /// What stopped a call that did not end on its own: `user`, `reply`, `restart`, `budget` (a
+    /// cancel's reason) or `timeout` (Y3).
     pub fn stop_reason(&self) -> Option<&'static str> {
         match self {
             CallStatus::Finished(ToolCallState::Cancelled { reason, .. }) => Some(match reason {
                 CancelReason::User => "user",
                 CancelReason::Reply => "reply",
                 CancelReason::Restart => "restart",
+                CancelReason::Budget => "budget",
                 // A reason added to the core later: still stopped, by something.
                 _ => "other",
             }),
@@ -245,6 +246,18 @@ pub struct UsageTotals {
     pub output_tokens: u64,
     /// Wall time of the model calls, in milliseconds.
     pub time_ms: f64,
+    /// Prompt tokens read from the provider's cache (part of `input_tokens`).
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's cache (part of `input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// Generated tokens spent on reasoning (part of `output_tokens`).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+    /// What the recorded replies cost in US dollars, summing those whose price was known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// What recovery did when a session was opened for writing (spec Y4).

@@ -166,9 +166,10 @@ impl SessionStore for Counting {
         lease: &Lease,
         reply_id: Option<&ReplyId>,
         usage: &ChatUsage,
+        cost: Option<f64>,
     ) -> Result<(), StoreError> {
         self.write();
-        self.inner.record_usage(lease, reply_id, usage).await
+        self.inner.record_usage(lease, reply_id, usage, cost).await
     }
     async fn usage(&self, id: &SessionId) -> Result<UsageTotals, StoreError> {
         self.inner.usage(id).await

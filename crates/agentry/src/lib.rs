@@ -7,6 +7,9 @@
 //! The crate is organised by concept: [`message`], [`model`], [`tool`], [`memory`], [`agent`].
 //! A user who reads only [`agent`] should understand the loop; one who reads only [`tool`]
 //! should be able to write a tool.
+//!
+//! Model traffic can be recorded to a file and served back from it offline, each request
+//! checked against the recorded one: [`model::cassette`].
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
@@ -22,6 +25,7 @@ pub mod message;
 pub mod model;
 pub mod protocol;
 pub mod tool;
+pub mod usage;
 
 pub use agent::{AgentError, AgentEvent, ReActAgent};
 pub use ids::{CallId, ReplyId};

@@ -161,6 +161,7 @@ mod tests {
                     time: Duration::from_millis(30),
                     ..ChatUsage::default()
                 },
+                cost: Some(0.0012),
             },
             AgentEvent::TextCallsRecovered {
                 reply_id: "r".into(),

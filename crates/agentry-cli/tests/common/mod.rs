@@ -24,6 +24,10 @@ pub fn command(args: &[String], home: &Path) -> Command {
         .env_remove("AGENTRY_PROVIDER")
         .env_remove("AGENTRY_MODEL_PATH")
         .env_remove("AGENTRY_DB")
+        // No trace export unless a test asks for one.
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("AGENTRY_TRACE_CONTENT")
         // Sessions go to HOME's data directory unless a test gives --db.
         .env("XDG_DATA_HOME", home.join(".local/share"))
         // No test fetches a model from the internet by accident.

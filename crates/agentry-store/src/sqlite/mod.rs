@@ -496,11 +496,12 @@ impl SessionStore for SqliteStore {
         lease: &Lease,
         reply_id: Option<&ReplyId>,
         usage: &ChatUsage,
+        cost: Option<f64>,
     ) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
         let reply_id = reply_id.cloned();
         let usage = usage.clone();
-        self.run(move |conn, ctx| ops::record_usage(conn, ctx, &id, reply_id.as_ref(), &usage))
+        self.run(move |conn, ctx| ops::record_usage(conn, ctx, &id, reply_id.as_ref(), &usage, cost))
             .await
     }
 

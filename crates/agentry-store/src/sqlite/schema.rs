@@ -116,8 +116,17 @@ CREATE TABLE session_events (
 ALTER TABLE sessions ADD COLUMN event_ids_reserved INTEGER NOT NULL DEFAULT 0;
 ";
 
+/// Version 3: the usage ledger keeps cached and reasoning tokens, and the cost in US dollars
+/// when the model's price was known.
+const V3: &str = "
+ALTER TABLE usage ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage ADD COLUMN cost_usd REAL;
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
 pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {

@@ -133,15 +133,28 @@ async fn usage_adds_up() {
             input_tokens: 10 * n,
             output_tokens: n,
             time: Duration::from_millis(n),
-            ..ChatUsage::default()
+            cache_read_tokens: n,
+            cache_write_tokens: 2 * n,
+            reasoning_tokens: 3 * n,
         };
-        store.record_usage(&lease, None, &usage).await.unwrap();
+        // A reply whose price was unknown adds no cost.
+        let cost = (n != 2).then_some(0.25 * n as f64);
+        store.record_usage(&lease, None, &usage, cost).await.unwrap();
     }
     let totals = store.usage(&session.id).await.unwrap();
     assert_eq!(
         (totals.calls, totals.input_tokens, totals.output_tokens),
         (3, 60, 6)
     );
+    assert_eq!(
+        (
+            totals.cache_read_tokens,
+            totals.cache_write_tokens,
+            totals.reasoning_tokens
+        ),
+        (6, 12, 18)
+    );
+    assert_eq!(totals.cost_usd, Some(1.0));
     assert!((totals.time_ms - 6.0).abs() < 1e-9);
 }
 
@@ -379,11 +392,27 @@ async fn a_version_1_database_is_migrated_with_its_sessions_kept() {
             [],
         )
         .unwrap();
+        conn.execute(
+            "INSERT INTO usage (session_id, reply_id, input_tokens, output_tokens, time_ms, recorded_at) \
+             VALUES ('s1', NULL, 7, 3, 1.5, '2026-01-01T00:00:00.000000Z')",
+            [],
+        )
+        .unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
     let old = store.session_named("old").await.unwrap().unwrap();
     assert_eq!(store.event_ids(&old.id).await.unwrap(), (0, 0));
+    let totals = store.usage(&old.id).await.unwrap();
+    assert_eq!(
+        (
+            totals.input_tokens,
+            totals.output_tokens,
+            totals.cache_read_tokens
+        ),
+        (7, 3, 0)
+    );
+    assert_eq!(totals.cost_usd, None, "an old ledger has no cost");
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
 }

@@ -8,6 +8,7 @@ use chrono::Utc;
 use futures::StreamExt;
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use super::AgentError;
 use super::approval::Approval;
@@ -15,12 +16,14 @@ use super::deadline::sleep_until;
 use super::events::AgentEvent;
 use super::react::ReplyCx;
 use super::structured::StructuredSpec;
+use super::trace;
 use crate::memory::{Memory, MemoryError};
 use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
+use crate::model::ChatUsage;
 use crate::tool::{
     CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause, CancelPhase,
     CancelReason, DecisionSource, INTERRUPTED_RESTART, OnCancel, PreparedCall, ProgressFn, ToolCallState,
-    ToolContext, ToolResponse, UserAction, declined_text, timed_out_text,
+    ToolContext, ToolResponse, UsageFn, UserAction, declined_text, timed_out_text,
 };
 
 /// Where a batch's results go in memory: right after the assistant message, in call order,
@@ -129,16 +132,32 @@ impl ReplyCx<'_> {
         Ok(output)
     }
 
+    /// [`Self::run_call_in`] inside the call's `execute_tool` span (`trace.rs`).
+    async fn run_call(
+        &self,
+        call: ToolUseBlock,
+        record: Arc<CallRecord>,
+        structured: Option<&StructuredSpec>,
+        slots: &ResultSlots,
+        index: usize,
+    ) -> Result<Option<Map<String, Value>>, AgentError> {
+        let span = trace::execute_tool(self.inner, &call);
+        self.run_call_in(call, record, structured, slots, index, &span)
+            .instrument(span.clone())
+            .await
+    }
+
     /// Takes one registered call to its terminal state, stores its result, then announces it
     /// (X6: a consumer that sees `ToolFinished` finds the result in memory). Returns the
     /// structured output when this was a valid finish-function call; fails only when memory does.
-    async fn run_call(
+    async fn run_call_in(
         &self,
         mut call: ToolUseBlock,
         record: Arc<CallRecord>,
         structured: Option<&StructuredSpec>,
         slots: &ResultSlots,
         index: usize,
+        span: &tracing::Span,
     ) -> Result<Option<Map<String, Value>>, AgentError> {
         let call_id = record.call_id.clone();
         let called_name = call.name.clone();
@@ -271,6 +290,7 @@ impl ReplyCx<'_> {
         }
         // The hooks may edit the output, not which call it answers.
         result.id = call_id.clone();
+        trace::tool_finished(self.inner, span, &state, decision, policy.timeout, &result);
         metadata.insert("tool_call".into(), call_record_json(&state, decision, started_at));
         msg.content = vec![ContentBlock::ToolResult(result)];
         msg.metadata = metadata;
@@ -305,6 +325,7 @@ impl ReplyCx<'_> {
         let ctx = ToolContext::for_record(
             Arc::clone(record),
             self.progress_fn(),
+            Some(self.usage_fn()),
             user_action,
             self.inner.config.settings.cancel_grace,
         );
@@ -379,6 +400,18 @@ impl ReplyCx<'_> {
             partial,
             timeout: timed_out,
         }
+    }
+
+    /// Counts `ToolContext::report_usage` in the reply's usage and budget.
+    fn usage_fn(&self) -> UsageFn {
+        // Weak: a tool that keeps its context must not keep the reply alive.
+        let active = Arc::downgrade(&self.active);
+        let events = Arc::clone(&self.inner.events);
+        Arc::new(move |usage: &ChatUsage| {
+            if let Some(active) = active.upgrade() {
+                active.add_usage(&events, usage);
+            }
+        })
     }
 
     /// Emits `ToolProgress` for `ToolContext::report`.

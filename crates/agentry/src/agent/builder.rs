@@ -13,6 +13,7 @@ use crate::message::Msg;
 use crate::model::ChatModel;
 use crate::tool::DEFAULT_CANCEL_GRACE;
 use crate::tool::Toolkit;
+use crate::usage::{PriceTable, ReplyBudget};
 
 /// Builder of a [`ReActAgent`]; only the model is required.
 #[derive(Default)]
@@ -35,6 +36,10 @@ pub struct ReActAgentBuilder {
     no_interrupted_note: bool,
     on_cancel_limit: Option<usize>,
     finished_calls_limit: Option<usize>,
+    trace_content: Option<bool>,
+    conversation_id: Option<String>,
+    prices: PriceTable,
+    budget: ReplyBudget,
 }
 
 /// How many `on_cancel` callbacks may run at once per agent by default.
@@ -98,6 +103,25 @@ impl ReActAgentBuilder {
     /// off when answers must show JSON naming a tool as plain text.
     pub fn tool_shim(mut self, on: bool) -> Self {
         self.no_tool_shim = !on;
+        self
+    }
+
+    /// Prices per model: each reply's cost is then in
+    /// [`AgentEvent::ReplyFinished`](super::AgentEvent::ReplyFinished), and a cost budget can
+    /// apply (default: none, no cost is known).
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// Limits on each reply's tokens and cost (default: none). A reply that reaches one stops
+    /// as a cancel with [`CancelReason::Budget`](crate::tool::CancelReason::Budget): running
+    /// tools get their `on_cancel`, the model's last complete text is kept, memory stays
+    /// consistent, and the reply ends with [`StopReason::BudgetReached`](super::StopReason).
+    /// While a model answer streams, its tokens are estimated from its text (four bytes a
+    /// token) until the server reports them.
+    pub fn budget(mut self, budget: ReplyBudget) -> Self {
+        self.budget = budget;
         self
     }
 
@@ -168,6 +192,20 @@ impl ReActAgentBuilder {
         self
     }
 
+    /// Whether the GenAI trace spans carry message contents: prompts, answers, tool arguments
+    /// and results (default: off, unless `AGENTRY_TRACE_CONTENT=1` when the agent is built).
+    /// They may hold personal data; see [`TRACE_TARGET`](super::TRACE_TARGET).
+    pub fn trace_content(mut self, on: bool) -> Self {
+        self.trace_content = Some(on);
+        self
+    }
+
+    /// The conversation (session) id the trace spans carry as `gen_ai.conversation.id`.
+    pub fn conversation_id(mut self, id: impl Into<String>) -> Self {
+        self.conversation_id = Some(id.into());
+        self
+    }
+
     /// Builds the agent.
     pub fn build(self) -> Result<ReActAgent, AgentError> {
         let model = self
@@ -191,6 +229,12 @@ impl ReActAgentBuilder {
                     parallel_tool_calls: self.parallel_tool_calls,
                     answer_repeated_calls: !self.run_repeated_calls,
                     tool_shim: !self.no_tool_shim,
+                    prices: self.prices,
+                    budget: self.budget,
+                    trace: super::trace::TraceSettings {
+                        content: self.trace_content.unwrap_or_else(super::trace::content_from_env),
+                        conversation_id: self.conversation_id,
+                    },
                     settings: Settings {
                         auto_approve_tools: self.auto_approve_tools,
                         on_cancel_budget: self.on_cancel_budget.unwrap_or(Duration::from_millis(100)),

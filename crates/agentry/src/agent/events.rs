@@ -158,8 +158,12 @@ pub enum AgentEvent {
         reply_id: ReplyId,
         /// Why it ended.
         stop_reason: StopReason,
-        /// Tokens used by all model calls of the reply.
+        /// Tokens used by all model calls of the reply, and reported by its tools.
         usage: ChatUsage,
+        /// What the reply cost in US dollars, when the model's price is known
+        /// ([`ReActAgentBuilder::prices`](super::ReActAgentBuilder::prices)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<f64>,
     },
 }
 
@@ -189,6 +193,9 @@ pub enum StopReason {
     RepeatedCalls,
     /// The reply was cancelled (R4): no model request was made after the cancel.
     Cancelled,
+    /// The reply reached its budget ([`ReplyBudget`](crate::usage::ReplyBudget)), which the
+    /// text describes; it stopped as a cancel does.
+    BudgetReached(String),
     /// The reply failed; the text says why. Memory holds everything up to the failure.
     Failed(String),
 }

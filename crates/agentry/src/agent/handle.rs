@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::AgentInner;
 use super::approval::NO_DECISION;
 use super::events::{AgentEvent, CancelTarget, EventHub};
+use super::meter::Meter;
+use crate::model::ChatUsage;
 use crate::tool::{
     ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, ToolCallState,
 };
@@ -30,6 +32,8 @@ pub enum ApprovalError {
 #[derive(Default)]
 struct ReplyState {
     cancelled: bool,
+    /// Why the reply was cancelled, for the calls registered after the cancel.
+    cancel_reason: Option<CancelReason>,
     finished: bool,
     calls: Vec<Arc<CallRecord>>,
     approvals: HashMap<CallId, oneshot::Sender<ApprovalDecision>>,
@@ -40,6 +44,8 @@ pub(crate) struct ActiveReply {
     pub(crate) reply_id: ReplyId,
     pub(crate) token: CancellationToken,
     pub(crate) sink: Option<mpsc::UnboundedSender<AgentEvent>>,
+    /// Tokens and cost so far, against the budget.
+    pub(crate) meter: Meter,
     state: Mutex<ReplyState>,
 }
 
@@ -58,6 +64,7 @@ impl ActiveReply {
             reply_id,
             token: CancellationToken::new(),
             sink,
+            meter: Meter::default(),
             state: Mutex::new(ReplyState::default()),
         })
     }
@@ -88,8 +95,9 @@ impl ActiveReply {
         let mut state = self.state();
         state.calls.push(Arc::clone(record));
         if state.cancelled {
+            let reason = state.cancel_reason.unwrap_or(CancelReason::Reply);
             drop(state);
-            self.cancel_record(hub, record, CancelReason::Reply);
+            self.cancel_record(hub, record, reason);
         }
     }
 
@@ -128,8 +136,22 @@ impl ActiveReply {
         }
     }
 
+    /// Adds a model call's or a tool's usage; a reply that reaches its budget is cancelled with
+    /// the budget as the reason.
+    pub(crate) fn add_usage(&self, hub: &EventHub, usage: &ChatUsage) {
+        if let Some(exceeded) = self.meter.add(usage) {
+            tracing::info!(%exceeded, "stopping the reply");
+            self.cancel_for(hub, CancelReason::Budget);
+        }
+    }
+
     /// Cancels the reply and every call of it that has not ended (R2).
     pub(crate) fn cancel(&self, hub: &EventHub) -> CancelOutcome {
+        self.cancel_for(hub, CancelReason::Reply)
+    }
+
+    /// [`Self::cancel`] for a reason: the user's (`Reply`) or the budget's.
+    pub(crate) fn cancel_for(&self, hub: &EventHub, reason: CancelReason) -> CancelOutcome {
         let calls = {
             let mut state = self.state();
             if state.finished {
@@ -139,18 +161,19 @@ impl ActiveReply {
                 return CancelOutcome::AlreadyCancelled;
             }
             state.cancelled = true;
+            state.cancel_reason = Some(reason);
             self.emit(
                 hub,
                 AgentEvent::CancelRequested {
                     reply_id: self.reply_id.clone(),
                     target: CancelTarget::Reply,
-                    reason: CancelReason::Reply,
+                    reason,
                 },
             );
             state.calls.clone()
         };
         for record in &calls {
-            self.cancel_record(hub, record, CancelReason::Reply);
+            self.cancel_record(hub, record, reason);
         }
         self.token.cancel();
         CancelOutcome::Cancelled

@@ -40,10 +40,12 @@ mod events;
 mod finished;
 mod handle;
 mod hooks;
+mod meter;
 mod react;
 mod repeats;
 mod shim;
 mod structured;
+mod trace;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
 pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
@@ -53,6 +55,7 @@ pub use handle::{AgentHandle, ApprovalError};
 pub use hooks::{AgentHook, HookContext};
 pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note};
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
+pub use trace::{TRACE_CONTENT_ENV, TRACE_TARGET};
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -149,6 +152,12 @@ pub(crate) struct AgentConfig {
     /// Read calls the model wrote as text (default on; see `shim.rs`).
     pub(crate) tool_shim: bool,
     pub(crate) settings: Settings,
+    /// What the GenAI spans record besides the defaults (`trace.rs`).
+    pub(crate) trace: trace::TraceSettings,
+    /// Prices per model, for the cost of replies.
+    pub(crate) prices: crate::usage::PriceTable,
+    /// Limits on each reply.
+    pub(crate) budget: crate::usage::ReplyBudget,
 }
 
 /// What the agent's replies share and leave behind for the next one.

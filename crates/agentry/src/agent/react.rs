@@ -13,6 +13,7 @@ use super::hooks::HookContext;
 use super::repeats::RepeatedCalls;
 use super::shim::TextCallShim;
 use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STRUCTURED_HINT};
+use super::trace;
 use super::{AgentError, AgentInner, HookList, REPLY_INTERRUPTED_NOTE};
 use crate::memory::{check_tool_pairs, repair_tool_pairs, unanswered_last_calls};
 use crate::message::{BlockKind, ContentBlock, Msg, Role, ToolUseBlock, new_id};
@@ -21,7 +22,9 @@ use crate::{CallId, ReplyId};
 pub(crate) fn new_reply(sink: Option<tokio::sync::mpsc::UnboundedSender<AgentEvent>>) -> Arc<ActiveReply> {
     ActiveReply::new(ReplyId::new(new_id()), sink)
 }
-use crate::model::{ChatRequest, ChatUsage, ModelError, ToolChoice, ToolSchema};
+use crate::model::{ChatRequest, ModelError, ToolChoice, ToolSchema};
+use crate::tool::CancelReason;
+use crate::usage::BudgetExceeded;
 
 /// The hint that asks for a summary after `max_iters` rounds.
 pub(super) const SUMMARY_HINT: &str = "You have failed to generate response within the maximum iterations. \
@@ -49,7 +52,6 @@ pub(crate) struct ReplyCx<'a> {
     pub(super) hook_cx: HookContext,
     /// Hints for the next model call only (never stored in memory).
     pending_hints: Vec<Msg>,
-    usage: ChatUsage,
     /// The assistant messages of this reply, newest last.
     last_assistant: Option<Msg>,
     /// The ids of every call of this reply: an id is never reused within a reply, so
@@ -83,6 +85,14 @@ impl<'a> ReplyCx<'a> {
             .unwrap_or_else(|e| Arc::clone(&e.into_inner()));
         let reply_id = active.reply_id.clone();
         *inner.session.active.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&active));
+        active.meter.configure(
+            inner.config.budget,
+            inner
+                .config
+                .prices
+                .price(inner.config.model.model_name())
+                .copied(),
+        );
         let mut cx = ReplyCx {
             inner,
             active,
@@ -93,13 +103,17 @@ impl<'a> ReplyCx<'a> {
                 iteration: 0,
             },
             pending_hints: Vec::new(),
-            usage: ChatUsage::default(),
             last_assistant: None,
             call_ids: HashSet::new(),
             repeated: RepeatedCalls::default(),
         };
         let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
-        let outcome = cx.reply(incoming, structured.as_ref()).instrument(span).await;
+        let agent_span = trace::invoke_agent(inner, &reply_id, &incoming);
+        let outcome = cx
+            .reply(incoming, structured.as_ref())
+            .instrument(span)
+            .instrument(agent_span.clone())
+            .await;
         let stop_reason = match &outcome {
             Ok((_, reason)) => reason.clone(),
             Err(e) => StopReason::Failed(e.to_string()),
@@ -116,10 +130,12 @@ impl<'a> ReplyCx<'a> {
             .unwrap_or_else(|e| e.into_inner())
             .extend(calls);
         *inner.session.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        trace::reply_finished(inner, &agent_span, &outcome, &cx.active.meter.usage());
         cx.emit_with(|| AgentEvent::ReplyFinished {
             reply_id: reply_id.clone(),
             stop_reason,
-            usage: cx.usage.clone(),
+            usage: cx.active.meter.usage(),
+            cost: cx.active.meter.cost(),
         });
         outcome.map(|(msg, _)| msg)
     }
@@ -213,16 +229,22 @@ impl<'a> ReplyCx<'a> {
     }
 
     /// Ends a cancelled reply: the note for the next request (R5), and the last assistant
-    /// message of the reply, marked interrupted, as its value (R4).
+    /// message of the reply, marked interrupted, as its value (R4). A reply stopped by its
+    /// budget says so in the note and in its stop reason.
     async fn interrupted(&mut self) -> Result<(Msg, StopReason), AgentError> {
+        let budget = self.active.meter.exceeded();
         if self.inner.config.settings.interrupted_note {
+            let note = match &budget {
+                Some(exceeded) => budget_note(exceeded),
+                None => REPLY_INTERRUPTED_NOTE.to_owned(),
+            };
             self.inner
                 .config
                 .memory
                 .add(vec![Msg::new(
                     "system",
                     Role::User,
-                    vec![ContentBlock::text(REPLY_INTERRUPTED_NOTE)],
+                    vec![ContentBlock::text(note)],
                 )])
                 .await?;
         }
@@ -231,7 +253,11 @@ impl<'a> ReplyCx<'a> {
             .take()
             .unwrap_or_else(|| Msg::new(&self.inner.config.name, Role::Assistant, Vec::new()));
         reply.metadata.insert("interrupted".into(), Value::Bool(true));
-        Ok((reply, StopReason::Cancelled))
+        let stop_reason = match budget {
+            Some(exceeded) => StopReason::BudgetReached(exceeded.to_string()),
+            None => StopReason::Cancelled,
+        };
+        Ok((reply, stop_reason))
     }
 
     /// The calls of the last model message that have no result yet.
@@ -367,7 +393,7 @@ impl<'a> ReplyCx<'a> {
             tools = request.tools.len(),
             "model call"
         );
-        let mut stream = self.inner.config.model.chat(request);
+        let mut stream = trace::chat(self.inner, request);
         let mut msg = Msg::new(&self.inner.config.name, Role::Assistant, Vec::new());
         let mut received = false;
         let mut printed = false;
@@ -384,7 +410,16 @@ impl<'a> ReplyCx<'a> {
             received = true;
             msg.content = response.content;
             if let Some(usage) = &response.usage {
-                self.usage.add(usage);
+                self.active.add_usage(&self.inner.events, usage);
+            } else if self.active.meter.is_limited()
+                && self
+                    .active
+                    .meter
+                    .check_streaming(streamed_tokens(&msg.content))
+                    .is_some()
+            {
+                // The next turn of the loop sees the cancel and keeps what is complete (R3).
+                self.active.cancel_for(&self.inner.events, CancelReason::Budget);
             }
             if streaming {
                 match &mut shim {
@@ -443,6 +478,28 @@ impl<'a> ReplyCx<'a> {
             hook.post_print(&self.hook_cx, &shown, last).await;
         }
     }
+}
+
+/// What the model reads after a reply its budget stopped.
+fn budget_note(exceeded: &BudgetExceeded) -> String {
+    format!(
+        "<interrupted>The previous reply was stopped: {exceeded}. Tool calls that were running were \
+         cancelled; their results say what they did.</interrupted>"
+    )
+}
+
+/// The tokens of a streaming answer not reported yet, estimated at four bytes a token.
+fn streamed_tokens(content: &[ContentBlock]) -> u64 {
+    let bytes: usize = content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } => text.len(),
+            ContentBlock::Thinking { thinking, .. } => thinking.len(),
+            ContentBlock::ToolUse(call) => call.name.len() + call.raw_input.as_ref().map_or(0, String::len),
+            _ => 0,
+        })
+        .sum();
+    (bytes as u64).div_ceil(4)
 }
 
 /// Keeps only the tool calls whose arguments were fully received: a name and arguments that

@@ -52,6 +52,7 @@ fn cancel_reason(ctx: &ToolContext) -> &'static str {
         Some(CancelCause::TimedOut { .. }) => "timed out",
         Some(CancelCause::Reply) => "reply cancelled",
         Some(CancelCause::Restart) => "agent stopped",
+        Some(CancelCause::Budget) => "budget reached",
         Some(CancelCause::User) | None => "user cancelled",
     }
 }

@@ -8,6 +8,7 @@
 mod accumulate;
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+pub mod cassette;
 #[doc(hidden)]
 #[cfg(feature = "openai")]
 pub mod fuzz;
@@ -24,6 +25,7 @@ mod tool_text;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::{AnthropicChatModel, AnthropicConfig};
+pub use cassette::{CassetteError, RecordingModel, ReplayModel, ReplayTiming};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiChatModel, OpenAiConfig};
 pub use partial_json::parse_partial_object;
@@ -68,14 +70,38 @@ pub struct ToolSchema {
 }
 
 /// One model call.
-#[derive(Debug, Clone)]
+///
+/// Its JSON form (`{"messages": [...], "tools": [...], "tool_choice": null}`) is what a
+/// [cassette] records.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChatRequest {
     /// The prompt: system prompt, history, hints.
     pub messages: Vec<Msg>,
     /// The tools the model may call.
+    #[serde(with = "arc_slice")]
     pub tools: Arc<[ToolSchema]>,
     /// Constraint on tool use; `None` leaves the provider's default.
     pub tool_choice: Option<ToolChoice>,
+}
+
+/// `Arc<[T]>` as a JSON array (serde's own impl needs its `rc` feature).
+mod arc_slice {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<T: Serialize, S: Serializer>(
+        items: &Arc<[T]>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        items[..].serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Arc<[T]>, D::Error> {
+        Ok(Vec::<T>::deserialize(deserializer)?.into())
+    }
 }
 
 impl ChatRequest {
@@ -132,7 +158,11 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// The (cumulative) response of one model call.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// Its JSON form, as a [cassette] records it: `{"id": "...", "content": [blocks],
+/// "usage": null | {...}, "finish_reason": null | "..."}` (missing fields take their defaults).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ChatResponse {
     /// Response id from the server, when it sends one.
     pub id: String,
@@ -163,6 +193,11 @@ pub type ChatStream = BoxStream<'static, Result<ChatResponse, ModelError>>;
 pub trait ChatModel: Send + Sync + 'static {
     /// The model's name, for logs and traces.
     fn model_name(&self) -> &str;
+    /// The provider as OpenTelemetry's GenAI conventions name it in `gen_ai.provider.name`
+    /// (`openai`, `anthropic`, ...), for the trace spans. Default: `unknown`.
+    fn provider_name(&self) -> &str {
+        "unknown"
+    }
     /// Whether calls stream (several cumulative items) or not (one item).
     fn is_streaming(&self) -> bool;
     /// Starts one call. Nothing is sent until the stream is polled.
@@ -173,6 +208,10 @@ pub trait ChatModel: Send + Sync + 'static {
 impl<T: ChatModel + ?Sized> ChatModel for Arc<T> {
     fn model_name(&self) -> &str {
         (**self).model_name()
+    }
+
+    fn provider_name(&self) -> &str {
+        (**self).provider_name()
     }
 
     fn is_streaming(&self) -> bool {
@@ -239,6 +278,10 @@ pub enum ModelError {
     /// The connection broke or the stream ended before the response was complete.
     #[error("the model response stream broke off: {0}")]
     Stream(String),
+    /// A [`ReplayModel`] cannot answer: the request differs from the recorded one, the cassette
+    /// has no more calls, or a recorded error cannot be rebuilt. The text says which call and why.
+    #[error("replay: {0}")]
+    Replay(String),
 }
 
 /// The time limits of a model call (see [`OpenAiConfig`] for their defaults).

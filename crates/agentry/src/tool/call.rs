@@ -71,6 +71,8 @@ pub enum CancelReason {
     Reply,
     /// The agent stopped (a restart found the call unfinished).
     Restart,
+    /// The reply reached its budget of tokens or cost.
+    Budget,
 }
 
 /// How a tool call ended (its terminal state).
@@ -132,6 +134,8 @@ pub enum CancelCause {
     Reply,
     /// The agent stopped.
     Restart,
+    /// The reply reached its budget.
+    Budget,
     /// The call ran past its timeout.
     TimedOut {
         /// The timeout that fired.
@@ -147,6 +151,7 @@ impl CancelCause {
             CancelCause::User => Some(CancelReason::User),
             CancelCause::Reply => Some(CancelReason::Reply),
             CancelCause::Restart => Some(CancelReason::Restart),
+            CancelCause::Budget => Some(CancelReason::Budget),
             CancelCause::TimedOut { .. } => None,
         }
     }
@@ -158,6 +163,7 @@ impl From<CancelReason> for CancelCause {
             CancelReason::User => CancelCause::User,
             CancelReason::Reply => CancelCause::Reply,
             CancelReason::Restart => CancelCause::Restart,
+            CancelReason::Budget => CancelCause::Budget,
         }
     }
 }

@@ -8,9 +8,13 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::approval::UserAction;
 use super::call::CallRecord;
+use crate::model::ChatUsage;
 
 /// Receives `report()` progress: call id, report id, message.
 pub(crate) type ProgressFn = Arc<dyn Fn(&str, Option<&str>, &str) + Send + Sync>;
+
+/// Receives `report_usage()`: what a tool's own model calls used.
+pub(crate) type UsageFn = Arc<dyn Fn(&ChatUsage) + Send + Sync>;
 
 /// The default time a cancelled body may keep running to unwind before it is dropped (X14).
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
@@ -40,6 +44,7 @@ pub struct ToolContext {
 struct Inner {
     record: Arc<CallRecord>,
     progress: Option<ProgressFn>,
+    usage: Option<UsageFn>,
     user_action: Option<UserAction>,
     cancel_grace: Duration,
 }
@@ -61,12 +66,13 @@ impl ToolContext {
     pub fn new(call_id: impl Into<CallId>, tool_name: impl Into<String>, token: CancellationToken) -> Self {
         let record = CallRecord::new(call_id.into(), tool_name.into(), token, false);
         record.start();
-        ToolContext::for_record(record, None, None, DEFAULT_CANCEL_GRACE)
+        ToolContext::for_record(record, None, None, None, DEFAULT_CANCEL_GRACE)
     }
 
     pub(crate) fn for_record(
         record: Arc<CallRecord>,
         progress: Option<ProgressFn>,
+        usage: Option<UsageFn>,
         user_action: Option<UserAction>,
         cancel_grace: Duration,
     ) -> Self {
@@ -74,6 +80,7 @@ impl ToolContext {
             inner: Arc::new(Inner {
                 record,
                 progress,
+                usage,
                 user_action,
                 cancel_grace,
             }),
@@ -130,6 +137,15 @@ impl ToolContext {
                 progress(&self.inner.record.call_id, id, message);
             }
         });
+    }
+
+    /// Adds what this tool's own model calls used (a tool that runs another agent, say) to the
+    /// reply's usage and cost: it counts towards the reply's budget, and reaching it cancels
+    /// the reply, this call included (its `on_cancel` answers then).
+    pub fn report_usage(&self, usage: &ChatUsage) {
+        if let Some(sink) = &self.inner.usage {
+            sink(usage);
+        }
     }
 
     /// Why this call was cancelled (user, whole reply, timeout), once it was.

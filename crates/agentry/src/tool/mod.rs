@@ -51,8 +51,8 @@ pub use call::{
     DECLINED, INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
 };
 pub(crate) use call::{CallRecord, CancelCommit, OnCancel};
-pub(crate) use context::ProgressFn;
 pub use context::{DEFAULT_CANCEL_GRACE, ToolContext};
+pub(crate) use context::{ProgressFn, UsageFn};
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
 pub use options::{BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, ToolkitError};

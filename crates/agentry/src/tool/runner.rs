@@ -8,6 +8,7 @@ use futures::FutureExt;
 use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::registry::RegisteredTool;
 use super::response::failure;
@@ -33,7 +34,8 @@ pub(super) fn run_tool(
     // Only a postprocess function needs the call after this point.
     let call = entry.postprocess.as_ref().map(|_| call.clone());
     let name = entry.name.clone();
-    tokio::spawn(drive(entry, call, args, ctx, tx));
+    // In the caller's span (the call's `execute_tool`): what the body traces is its child.
+    tokio::spawn(drive(entry, call, args, ctx, tx).in_current_span());
     stream::unfold((rx, false), move |(mut rx, finished)| {
         let name = name.clone();
         async move {

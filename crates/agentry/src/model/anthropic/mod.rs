@@ -115,6 +115,10 @@ impl ChatModel for AnthropicChatModel {
         &self.inner.config.model
     }
 
+    fn provider_name(&self) -> &str {
+        "anthropic"
+    }
+
     fn is_streaming(&self) -> bool {
         self.inner.config.stream
     }

@@ -113,6 +113,10 @@ impl ChatModel for OpenAiChatModel {
         &self.inner.config.model
     }
 
+    fn provider_name(&self) -> &str {
+        "openai"
+    }
+
     fn is_streaming(&self) -> bool {
         self.inner.config.stream
     }
