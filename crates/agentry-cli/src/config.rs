@@ -371,6 +371,26 @@ struct ServerSettings {
     extra_body: Map<String, Value>,
 }
 
+/// Sets the fields every server provider's config has (they are plain public fields of
+/// distinct types, hence a macro) from [`ServerSettings`].
+macro_rules! apply_server_settings {
+    ($config:ident, $settings:ident) => {{
+        if let Some(url) = $settings.base_url {
+            $config.base_url = url;
+        }
+        $config.api_key = $settings.api_key;
+        $config.stream = $settings.stream;
+        if let Some(retry) = $settings.retry {
+            $config.retry = retry;
+        }
+        $config.connect_timeout = $settings.connect_timeout.unwrap_or($config.connect_timeout);
+        $config.read_timeout = $settings.read_timeout.unwrap_or($config.read_timeout);
+        $config.request_timeout = $settings.request_timeout.unwrap_or($config.request_timeout);
+        $config.headers = $settings.headers;
+        $config.extra_body = $settings.extra_body;
+    }};
+}
+
 /// The environment variables of one provider.
 struct ProviderEnv {
     model: &'static str,
@@ -417,20 +437,8 @@ pub fn model_config(args: &ModelArgs, file: &ConfigFile) -> OpenAiConfig {
         api_key: "OPENAI_API_KEY",
     };
     let settings = server_settings(args, file, &names);
-    let mut config = OpenAiConfig::new(settings.model);
-    if let Some(url) = settings.base_url {
-        config.base_url = url;
-    }
-    config.api_key = settings.api_key;
-    config.stream = settings.stream;
-    if let Some(retry) = settings.retry {
-        config.retry = retry;
-    }
-    config.connect_timeout = settings.connect_timeout.unwrap_or(config.connect_timeout);
-    config.read_timeout = settings.read_timeout.unwrap_or(config.read_timeout);
-    config.request_timeout = settings.request_timeout.unwrap_or(config.request_timeout);
-    config.headers = settings.headers;
-    config.extra_body = settings.extra_body;
+    let mut config = OpenAiConfig::new(settings.model.clone());
+    apply_server_settings!(config, settings);
     config
 }
 
@@ -442,20 +450,8 @@ pub fn anthropic_config(args: &ModelArgs, file: &ConfigFile) -> AnthropicConfig 
         api_key: "ANTHROPIC_API_KEY",
     };
     let settings = server_settings(args, file, &names);
-    let mut config = AnthropicConfig::new(settings.model);
-    if let Some(url) = settings.base_url {
-        config.base_url = url;
-    }
-    config.api_key = settings.api_key;
-    config.stream = settings.stream;
-    if let Some(retry) = settings.retry {
-        config.retry = retry;
-    }
-    config.connect_timeout = settings.connect_timeout.unwrap_or(config.connect_timeout);
-    config.read_timeout = settings.read_timeout.unwrap_or(config.read_timeout);
-    config.request_timeout = settings.request_timeout.unwrap_or(config.request_timeout);
-    config.headers = settings.headers;
-    config.extra_body = settings.extra_body;
+    let mut config = AnthropicConfig::new(settings.model.clone());
+    apply_server_settings!(config, settings);
     if let Some(max_tokens) = args.max_tokens.or(file.max_tokens) {
         config.max_tokens = max_tokens;
     }
