@@ -16,15 +16,23 @@
 //!   `input_json_delta`) / `content_block_stop` per text and per tool call, `message_delta`
 //!   (stop reason, output tokens) and `message_stop`.
 //! - Whole answer: one Anthropic message.
+//! - `POST /v1/chat/completions` is relayed as it is, through the same path (a control: the
+//!   OpenAI provider through the adapter shows what the extra hop costs the client).
 //! - `GET /stats` and `/health` are the mock's, so that a driver's completion count still works
 //!   through the adapter.
+//!
+//! With `--mock [-k K] [-p P] [--chunks N]` there is no upstream: the binary answers as
+//! mockllm would, through the same conversion, as a mock speaking the Anthropic format (its
+//! `/stats` counts the completions); the client then has no extra hop to wait for.
 //!
 //! One current-thread runtime and one pooled upstream client: it runs beside the client under
 //! test and must not add latency noise. It prints `PORT=<n>` once listening.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Poll, ready};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 
 use anyhow::{Context, bail};
 use axum::Router;
@@ -44,6 +52,16 @@ struct Upstream {
     completions: String,
     /// The mock's root (the upstream without `/v1`), for `/stats` and `/health`.
     root: String,
+    /// `--mock`: answer in place of the upstream.
+    mock: Option<Mock>,
+}
+
+/// mockllm's conversation, answered here (`--mock`): K steps of P calls to `add`, then the text.
+struct Mock {
+    steps: u64,
+    parallel: u64,
+    chunks: usize,
+    completions: AtomicU64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +69,8 @@ fn main() -> anyhow::Result<()> {
     let mut host = "127.0.0.1".to_owned();
     let mut port: u16 = 0;
     let mut port_file: Option<String> = None;
+    let mut mock = None;
+    let (mut steps, mut parallel, mut chunks) = (5, 1, 4);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -59,17 +79,21 @@ fn main() -> anyhow::Result<()> {
             "--host" => host = value()?,
             "--port" => port = value()?.parse()?,
             "--port-file" => port_file = Some(value()?),
+            "--mock" => mock = Some(()),
+            "-k" | "--steps" => steps = value()?.parse()?,
+            "-p" | "--parallel" => parallel = value()?.parse()?,
+            "--chunks" => chunks = value()?.parse()?,
             "-h" | "--help" => {
                 println!(
-                    "anthropic-adapter --upstream http://127.0.0.1:PORT/v1 [--host ADDR] [--port N] [--port-file F]"
+                    "anthropic-adapter --upstream http://127.0.0.1:PORT/v1 | --mock [-k K] [-p P] [--chunks N]\n                  [--host ADDR] [--port N] [--port-file F]"
                 );
                 return Ok(());
             }
             other => bail!("unknown argument {other}"),
         }
     }
-    if upstream.is_empty() {
-        bail!("--upstream URL (the mock's /v1) is required");
+    if upstream.is_empty() && mock.is_none() {
+        bail!("--upstream URL (the mock's /v1) or --mock is required");
     }
     let upstream = upstream.trim_end_matches('/').to_owned();
     let root = upstream.strip_suffix("/v1").unwrap_or(&upstream).to_owned();
@@ -78,9 +102,16 @@ fn main() -> anyhow::Result<()> {
         client: reqwest::Client::builder().tcp_nodelay(true).build()?,
         completions: format!("{upstream}/chat/completions"),
         root,
+        mock: mock.map(|()| Mock {
+            steps,
+            parallel: parallel.max(1),
+            chunks: chunks.max(1),
+            completions: AtomicU64::new(0),
+        }),
     });
     let app = Router::new()
         .route("/v1/messages", post(messages))
+        .route("/v1/chat/completions", post(relay))
         .route("/stats", get(passthrough))
         .route("/health", get(passthrough))
         .with_state(state);
@@ -105,6 +136,11 @@ fn main() -> anyhow::Result<()> {
 
 /// `GET /stats`, `/health`: the mock's answer, whole (with a length, not chunked).
 async fn passthrough(State(up): State<Arc<Upstream>>, uri: axum::http::Uri) -> Response {
+    if let Some(mock) = &up.mock {
+        let completions = mock.completions.load(Ordering::Relaxed);
+        let body = json!({"status": "ok", "completions": completions}).to_string();
+        return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    }
     let url = format!("{}{}", up.root, uri.path());
     match up.client.get(url).send().await {
         Ok(answer) => {
@@ -134,6 +170,61 @@ fn error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
+/// `POST /v1/chat/completions`: the request and answer as they are, through the same path as
+/// a converted one (for a control run: the OpenAI provider through the adapter).
+async fn relay(State(up): State<Arc<Upstream>>, headers: HeaderMap, body: Bytes) -> Response {
+    let stream = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("stream")?.as_bool())
+        .unwrap_or(false);
+    let answer = match forward(&up, &headers, body).await {
+        Ok(answer) => answer,
+        Err(response) => return response,
+    };
+    if !stream {
+        return match answer.bytes().await {
+            Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+            Err(e) => error(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
+        };
+    }
+    let mut conv = Converter::new(String::new(), 0);
+    conv.relay = true;
+    stream_events(answer, conv).await
+}
+
+/// Sends a chat-completions body to the mock (with the `x-mock-*` headers); an error
+/// response unless the answer is a success.
+async fn forward(
+    up: &Upstream,
+    headers: &HeaderMap,
+    chat: impl Into<reqwest::Body>,
+) -> Result<reqwest::Response, Response> {
+    let mut call = up
+        .client
+        .post(&up.completions)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(chat);
+    for (name, value) in headers {
+        if name.as_str().starts_with("x-mock-") {
+            call = call.header(name, value);
+        }
+    }
+    let answer = match call.send().await {
+        Ok(a) => a,
+        Err(e) => return Err(error(StatusCode::BAD_GATEWAY, &format!("upstream: {e}"))),
+    };
+    let status = answer.status();
+    if !status.is_success() {
+        let text = answer.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.pointer("/error/message")?.as_str().map(str::to_owned))
+            .unwrap_or(text);
+        return Err(error(status, &message));
+    }
+    Ok(answer)
+}
+
 async fn messages(State(up): State<Arc<Upstream>>, headers: HeaderMap, body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -145,30 +236,13 @@ async fn messages(State(up): State<Arc<Upstream>>, headers: HeaderMap, body: Byt
         .and_then(Value::as_str)
         .unwrap_or("mock-model")
         .to_owned();
-    let chat = to_chat(&request, stream);
-    let mut call = up
-        .client
-        .post(&up.completions)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(chat.to_string());
-    for (name, value) in &headers {
-        if name.as_str().starts_with("x-mock-") {
-            call = call.header(name, value);
-        }
+    if let Some(mock) = &up.mock {
+        return mock.answer(&request, &model, stream, body.len());
     }
-    let answer = match call.send().await {
-        Ok(a) => a,
-        Err(e) => return error(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
+    let answer = match forward(&up, &headers, to_chat(&request, stream).to_string()).await {
+        Ok(answer) => answer,
+        Err(response) => return response,
     };
-    let status = answer.status();
-    if !status.is_success() {
-        let text = answer.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v.pointer("/error/message")?.as_str().map(str::to_owned))
-            .unwrap_or(text);
-        return error(status, &message);
-    }
     if !stream {
         return match answer.bytes().await {
             Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
@@ -182,14 +256,30 @@ async fn messages(State(up): State<Arc<Upstream>>, headers: HeaderMap, body: Byt
             Err(e) => error(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
         };
     }
+    stream_events(answer, Converter::new(model, (body.len() as u64).div_ceil(4))).await
+}
 
-    // Streamed: what has arrived from upstream is converted and sent on at once.
-    let mut response = Body::new(Events {
-        upstream: answer.bytes_stream().ready_chunks(64).boxed(),
-        conv: Converter::new(model, (body.len() as u64).div_ceil(4)),
+/// A streamed answer: what has arrived from upstream is converted and sent on at once. The
+/// first events are awaited before the head is sent, so that they go out in its write, as
+/// the mock's head and body do.
+async fn stream_events(answer: reqwest::Response, conv: Converter) -> Response {
+    let mut events = Events {
+        upstream: answer.bytes_stream().boxed(),
+        conv,
+        buf: Vec::new(),
+        yielded: 0,
         done: false,
-    })
-    .into_response();
+    };
+    match std::future::poll_fn(|cx| Pin::new(&mut events).poll_frame(cx)).await {
+        Some(Ok(frame)) => {
+            if let Ok(data) = frame.into_data() {
+                events.buf = data.into();
+            }
+        }
+        Some(Err(e)) => return error(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
+        None => {}
+    }
+    let mut response = Body::new(events).into_response();
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -200,15 +290,33 @@ async fn messages(State(up): State<Arc<Upstream>>, headers: HeaderMap, body: Byt
 }
 
 /// A streamed answer's body: the Anthropic events of what has arrived from upstream, sent on
-/// without waiting for more. The pieces already there go out together (`ready_chunks`), as the
-/// mock's own writes reach a direct client; and the body reports its end with the last event,
-/// so that the chunked encoding's terminator goes out in the same write. A client that stops
-/// reading at `message_stop` then leaves a connection that can be reused, as with the mock.
+/// without waiting for the network.
+///
+/// Three things keep the delivery in the mock's own shape, so that the client under test does
+/// the same reads and wake-ups through the adapter as without it (the first is in the
+/// handler: the head waits for the first events, to go out in one write with them):
+/// - The mock writes a whole answer at once, which a direct client reads at once; here the
+///   upstream client hands its pieces over one at a time from its connection task, so when it
+///   has nothing ready the body yields to the runtime (up to [`YIELDS`] times in a row), to
+///   collect what that task has already received, before it sends what it has. Nothing waits
+///   on the network: a piece not yet received goes out as soon as it is.
+/// - The body reports its end with the last event, so that the chunked encoding's terminator
+///   goes out in the same write: a client that stops reading at `message_stop` then leaves a
+///   connection that can be reused, as with the mock (otherwise every step reconnects).
 struct Events {
-    upstream: futures::stream::BoxStream<'static, Vec<reqwest::Result<Bytes>>>,
+    upstream: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
     conv: Converter,
+    /// Events converted and not sent yet.
+    buf: Vec<u8>,
+    /// Polls in a row that found nothing and yielded to the runtime.
+    yielded: u8,
+    /// No more events will come.
     done: bool,
 }
+
+/// How many times in a row the body yields to the runtime, while it holds events, before it
+/// sends them.
+const YIELDS: u8 = 4;
 
 impl HttpBody for Events {
     type Data = Bytes;
@@ -219,37 +327,183 @@ impl HttpBody for Events {
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = &mut *self;
-        while !this.done {
-            let out = match ready!(this.upstream.poll_next_unpin(cx)) {
-                Some(pieces) => {
-                    let mut out = Vec::new();
-                    for piece in pieces {
-                        match piece {
-                            Ok(piece) => out.extend(this.conv.feed(&piece)),
-                            Err(e) => {
-                                this.done = true;
-                                return Poll::Ready(Some(Err(std::io::Error::other(e))));
-                            }
-                        }
-                    }
+        loop {
+            if this.done {
+                return Poll::Ready(
+                    (!this.buf.is_empty())
+                        .then(|| Ok(Frame::data(Bytes::from(std::mem::take(&mut this.buf))))),
+                );
+            }
+            match this.upstream.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(piece))) => {
+                    this.buf.extend(this.conv.feed(&piece));
+                    this.yielded = 0;
                     this.done = this.conv.stopped;
-                    out
                 }
-                None => {
-                    // Ended without `[DONE]`: close what is open.
+                Poll::Ready(Some(Err(e))) => {
                     this.done = true;
-                    this.conv.finish()
+                    this.buf.clear();
+                    return Poll::Ready(Some(Err(std::io::Error::other(e))));
                 }
-            };
-            if !out.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+                Poll::Ready(None) => {
+                    // Ended without `[DONE]`: close what is open.
+                    this.buf.extend(this.conv.finish());
+                    this.done = true;
+                }
+                Poll::Pending if this.buf.is_empty() => return Poll::Pending,
+                Poll::Pending if this.yielded < YIELDS => {
+                    this.yielded += 1;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Pending => {
+                    this.yielded = 0;
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(std::mem::take(&mut this.buf))))));
+                }
             }
         }
-        Poll::Ready(None)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.done && self.buf.is_empty()
+    }
+}
+
+impl Mock {
+    /// mockllm's answer to the request, converted as a forwarded one would be: count the
+    /// `tool_result` blocks after the last user text; below K × P, P calls to `add` with
+    /// `{"a": count + i, "b": 1}`, else "done after K steps". A streamed answer is written at
+    /// once (one chunk per event group), as mockllm writes its own.
+    fn answer(&self, request: &Value, model: &str, stream: bool, body_len: usize) -> Response {
+        let seq = self.completions.fetch_add(1, Ordering::Relaxed);
+        let messages = request
+            .get("messages")
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        let user_text = |m: &Value| {
+            m.get("role").and_then(Value::as_str) == Some("user") && !text_of(m.get("content")).is_empty()
+        };
+        let start = messages.iter().rposition(user_text).map_or(0, |i| i + 1);
+        let count = messages[start..]
+            .iter()
+            .filter_map(|m| m.get("content")?.as_array())
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            .count() as u64;
+        let id = format!("chatcmpl-mock-{seq}");
+        let calls: Vec<(String, String)> = if count < self.steps * self.parallel {
+            (0..self.parallel)
+                .map(|i| {
+                    (
+                        format!("call_mock_{seq}_{i}"),
+                        format!("{{\"a\": {}, \"b\": 1}}", count + i),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let text = format!("done after {} steps", count / self.parallel);
+        let out_len: usize = if calls.is_empty() {
+            text.len()
+        } else {
+            calls.iter().map(|(_, a)| a.len() + 3).sum()
+        };
+        let usage = json!({"prompt_tokens": (body_len as u64).div_ceil(4),
+                           "completion_tokens": (out_len as u64).div_ceil(4) + 1});
+        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+        if !stream {
+            let message = if calls.is_empty() {
+                json!({"role": "assistant", "content": text})
+            } else {
+                json!({"role": "assistant", "content": null, "tool_calls": calls.iter().map(|(cid, args)| json!({
+                    "id": cid, "type": "function", "function": {"name": "add", "arguments": args}
+                })).collect::<Vec<_>>()})
+            };
+            let completion = json!({"id": id, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage});
+            return (
+                [(header::CONTENT_TYPE, "application/json")],
+                to_message(&completion, model),
+            )
+                .into_response();
+        }
+        // The chunks mockllm would stream, through the converter.
+        let mut conv = Converter::new(model.to_owned(), (body_len as u64).div_ceil(4));
+        let mut frames = VecDeque::new();
+        let mut chunk = |delta: Value, finish: Value, usage: Option<&Value>| {
+            let mut c = json!({"id": id, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+            if let Some(usage) = usage {
+                c = json!({"id": id, "choices": [], "usage": usage});
+            }
+            let out = conv.feed(format!("data: {c}\n\n").as_bytes());
+            if !out.is_empty() {
+                frames.push_back(Bytes::from(out));
+            }
+        };
+        if calls.is_empty() {
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null, None);
+            for piece in split_pieces(&text, self.chunks) {
+                chunk(json!({"content": piece}), Value::Null, None);
+            }
+        } else {
+            for (i, (cid, args)) in calls.iter().enumerate() {
+                chunk(
+                    json!({"tool_calls": [{"index": i, "id": cid, "type": "function", "function": {"name": "add", "arguments": ""}}]}),
+                    Value::Null,
+                    None,
+                );
+                for piece in split_pieces(args, self.chunks) {
+                    chunk(
+                        json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
+                        Value::Null,
+                        None,
+                    );
+                }
+            }
+        }
+        chunk(json!({}), json!(finish), None);
+        chunk(Value::Null, Value::Null, Some(&usage));
+        let out = conv.feed(b"data: [DONE]\n\n");
+        frames.push_back(Bytes::from(out));
+        let mut response = Body::new(Frames(frames)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        response
+    }
+}
+
+/// `s` in at most `n` pieces of near-equal length (mockllm's split).
+fn split_pieces(s: &str, n: usize) -> Vec<&str> {
+    let chars: Vec<usize> = s.char_indices().map(|(i, _)| i).collect();
+    let n = n.min(chars.len()).max(1);
+    (0..n)
+        .map(|i| {
+            let from = chars.get(i * chars.len() / n).copied().unwrap_or(s.len());
+            let to = chars.get((i + 1) * chars.len() / n).copied().unwrap_or(s.len());
+            &s[from..to]
+        })
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// A body of frames all ready, whose end is known with the last one (like mockllm's).
+struct Frames(VecDeque<Bytes>);
+
+impl HttpBody for Frames {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -463,6 +717,8 @@ struct Converter {
     finish: Option<String>,
     output_tokens: u64,
     stopped: bool,
+    /// Chat-completion chunks out as they came in (`/v1/chat/completions`).
+    relay: bool,
 }
 
 impl Converter {
@@ -478,6 +734,7 @@ impl Converter {
             finish: None,
             output_tokens: 0,
             stopped: false,
+            relay: false,
         }
     }
 
@@ -498,12 +755,19 @@ impl Converter {
         }
         pending.drain(..start);
         self.pending = pending;
+        if self.relay {
+            return piece.to_vec();
+        }
         out
     }
 
     fn data(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if data == b"[DONE]" {
             out.extend(self.finish());
+            return;
+        }
+        if self.relay {
+            self.started = true;
             return;
         }
         let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
@@ -611,7 +875,8 @@ impl Converter {
     /// `message_delta` and `message_stop`, once.
     fn finish(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
-        if self.stopped || !self.started {
+        if self.stopped || !self.started || self.relay {
+            self.stopped = true;
             return out;
         }
         self.stopped = true;
