@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::super::{ModelError, RetryPolicy};
+use crate::model::http::check_base_url;
 
 /// The default endpoint when neither the config nor `OPENAI_BASE_URL` names one.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -160,14 +161,7 @@ impl OpenAiConfig {
                 "no model name: pass --model, or set AGENTRY_MODEL or OPENAI_MODEL".into(),
             ));
         }
-        let url = reqwest::Url::parse(&self.base_url)
-            .map_err(|e| ModelError::Config(format!("invalid base URL {:?}: {e}", self.base_url)))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(ModelError::Config(format!(
-                "base URL {:?} must start with http:// or https://",
-                self.base_url
-            )));
-        }
+        let url = check_base_url(&self.base_url)?;
         if url.host_str() == Some("api.openai.com") && self.api_key.is_none() {
             return Err(ModelError::Config(
                 "api.openai.com needs an API key: set OPENAI_API_KEY, or point OPENAI_BASE_URL at another server"
