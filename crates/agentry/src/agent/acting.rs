@@ -141,7 +141,7 @@ impl ReplyCx<'_> {
         slots: &ResultSlots,
         index: usize,
     ) -> Result<Option<Map<String, Value>>, AgentError> {
-        let span = trace::execute_tool(self.inner, &call);
+        let span = trace::execute_tool(self.inner, &self.agent_span, &call);
         self.run_call_in(call, record, structured, slots, index, &span)
             .instrument(span.clone())
             .await

@@ -59,6 +59,10 @@ pub(crate) struct ReplyCx<'a> {
     call_ids: HashSet<CallId>,
     /// Completed calls of this reply, to answer a repeat without running it again.
     pub(super) repeated: RepeatedCalls,
+    /// The reply's `invoke_agent` span, the explicit parent of its `chat` and `execute_tool`
+    /// spans: entering it on every poll of the reply would cost an exporting layer a lookup
+    /// per poll, per chunk.
+    pub(super) agent_span: tracing::Span,
 }
 
 /// What starts a reply.
@@ -93,6 +97,7 @@ impl<'a> ReplyCx<'a> {
                 .price(inner.config.model.model_name())
                 .copied(),
         );
+        let agent_span = trace::invoke_agent(inner, &reply_id, &incoming);
         let mut cx = ReplyCx {
             inner,
             active,
@@ -106,14 +111,10 @@ impl<'a> ReplyCx<'a> {
             last_assistant: None,
             call_ids: HashSet::new(),
             repeated: RepeatedCalls::default(),
+            agent_span,
         };
         let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
-        let agent_span = trace::invoke_agent(inner, &reply_id, &incoming);
-        let outcome = cx
-            .reply(incoming, structured.as_ref())
-            .instrument(span)
-            .instrument(agent_span.clone())
-            .await;
+        let outcome = cx.reply(incoming, structured.as_ref()).instrument(span).await;
         let stop_reason = match &outcome {
             Ok((_, reason)) => reason.clone(),
             Err(e) => StopReason::Failed(e.to_string()),
@@ -130,7 +131,7 @@ impl<'a> ReplyCx<'a> {
             .unwrap_or_else(|e| e.into_inner())
             .extend(calls);
         *inner.session.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        trace::reply_finished(inner, &agent_span, &outcome, &cx.active.meter.usage());
+        trace::reply_finished(inner, &cx.agent_span, &outcome, &cx.active.meter.usage());
         cx.emit_with(|| AgentEvent::ReplyFinished {
             reply_id: reply_id.clone(),
             stop_reason,
@@ -393,7 +394,7 @@ impl<'a> ReplyCx<'a> {
             tools = request.tools.len(),
             "model call"
         );
-        let mut stream = trace::chat(self.inner, request);
+        let mut stream = trace::chat(self.inner, &self.agent_span, request);
         let mut msg = Msg::new(&self.inner.config.name, Role::Assistant, Vec::new());
         let mut received = false;
         let mut printed = false;

@@ -164,12 +164,13 @@ pub(super) fn reply_finished<E: std::fmt::Display>(
     }
 }
 
-/// Starts one model call inside its `chat` span. Without a subscriber for the span, the
-/// model's stream is returned as it is.
-pub(super) fn chat(inner: &AgentInner, request: ChatRequest) -> ChatStream {
+/// Starts one model call with its `chat` span, a child of `parent` (the reply's
+/// `invoke_agent`). Without a subscriber for the span, the model's stream is returned as it is.
+pub(super) fn chat(inner: &AgentInner, parent: &Span, request: ChatRequest) -> ChatStream {
     let model = &inner.config.model;
     let span = tracing::info_span!(
         target: TRACE_TARGET,
+        parent: parent,
         "chat",
         otel.name = %format_args!("chat {}", model.model_name()),
         otel.kind = "client",
@@ -195,29 +196,32 @@ pub(super) fn chat(inner: &AgentInner, request: ChatRequest) -> ChatStream {
     if content {
         span.record("gen_ai.input.messages", messages_json(&request.messages).as_str());
     }
-    let stream = span.in_scope(|| model.chat(request));
     Box::pin(TracedChat {
-        stream,
+        stream: model.chat(request),
         span,
         content,
         output: None,
+        usage: None,
         finish_reason: None,
         id_recorded: false,
         ended: false,
     })
 }
 
-/// A model call's stream inside its `chat` span: polled in the span, and recording the
-/// response's id, finish reason and usage as they arrive.
+/// A model call's stream with its `chat` span. The response's id is recorded when it first
+/// arrives; usage, finish reason and output when the stream ends, fails or is dropped, so a
+/// chunk costs a few comparisons. The stream is not polled inside the span: entering a span
+/// costs an exporting layer two lookups, and a streamed call is polled once per chunk.
 struct TracedChat {
     stream: ChatStream,
     span: Span,
     content: bool,
     /// The last content, when contents are recorded.
     output: Option<Vec<ContentBlock>>,
+    usage: Option<ChatUsage>,
     finish_reason: Option<String>,
     id_recorded: bool,
-    /// The stream ended or failed (a drop before is a cancel).
+    /// The span's attributes are final (a drop before the stream's end is a cancel).
     ended: bool,
 }
 
@@ -227,24 +231,34 @@ impl TracedChat {
             self.span.record("gen_ai.response.id", response.id.as_str());
             self.id_recorded = true;
         }
-        if let Some(usage) = &response.usage {
-            record_usage(&self.span, usage);
+        if response.usage.is_some() && self.usage != response.usage {
+            self.usage.clone_from(&response.usage);
         }
-        if let Some(reason) = &response.finish_reason
-            && self.finish_reason.as_ref() != Some(reason)
-        {
-            let reasons = Value::from(vec![reason.as_str()]).to_string();
-            self.span
-                .record("gen_ai.response.finish_reasons", reasons.as_str());
-            self.finish_reason = Some(reason.clone());
+        if response.finish_reason.is_some() && self.finish_reason != response.finish_reason {
+            self.finish_reason.clone_from(&response.finish_reason);
         }
         if self.content {
             self.output = Some(response.content.clone());
         }
     }
 
+    /// Records what the stream gave, once.
+    fn end(&mut self) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        if let Some(usage) = &self.usage {
+            record_usage(&self.span, usage);
+        }
+        if let Some(reason) = &self.finish_reason {
+            let reasons = Value::from(vec![reason.as_str()]).to_string();
+            self.span
+                .record("gen_ai.response.finish_reasons", reasons.as_str());
+        }
+    }
+
     fn failed(&mut self, error: &ModelError) {
-        self.ended = true;
+        self.end();
         self.span.record("error.type", model_error_type(error).as_str());
         self.span.record("otel.status_code", "ERROR");
         self.span
@@ -252,7 +266,7 @@ impl TracedChat {
     }
 
     fn completed(&mut self) {
-        self.ended = true;
+        self.end();
         if let Some(content) = self.output.take() {
             let mut message = message_json(Role::Assistant, &content);
             if let (Value::Object(map), Some(reason)) = (&mut message, &self.finish_reason) {
@@ -269,10 +283,7 @@ impl Stream for TracedChat {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let item = {
-            let _entered = this.span.enter();
-            this.stream.poll_next_unpin(cx)
-        };
+        let item = this.stream.poll_next_unpin(cx);
         match &item {
             Poll::Ready(Some(Ok(response))) => this.observe(response),
             Poll::Ready(Some(Err(error))) => this.failed(error),
@@ -286,15 +297,17 @@ impl Stream for TracedChat {
 impl Drop for TracedChat {
     fn drop(&mut self) {
         if !self.ended {
+            self.end();
             tracing::info!(target: TRACE_TARGET, parent: &self.span, reason = "reply_cancelled", "agentry.chat.cancelled");
         }
     }
 }
 
-/// The `execute_tool` span of one call.
-pub(super) fn execute_tool(inner: &AgentInner, call: &ToolUseBlock) -> Span {
+/// The `execute_tool` span of one call, a child of `parent` (the reply's `invoke_agent`).
+pub(super) fn execute_tool(inner: &AgentInner, parent: &Span, call: &ToolUseBlock) -> Span {
     let span = tracing::info_span!(
         target: TRACE_TARGET,
+        parent: parent,
         "execute_tool",
         otel.name = %format_args!("execute_tool {}", call.name),
         otel.kind = "internal",
