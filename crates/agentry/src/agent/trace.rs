@@ -251,7 +251,7 @@ impl TracedChat {
             record_usage(&self.span, usage);
         }
         if let Some(reason) = &self.finish_reason {
-            let reasons = Value::from(vec![reason.as_str()]).to_string();
+            let reasons = serde_json::to_string(&[reason]).unwrap_or_default();
             self.span
                 .record("gen_ai.response.finish_reasons", reasons.as_str());
         }
