@@ -23,11 +23,10 @@
 //! In stream mode the driver reads the reply's event stream (every cumulative message chunk),
 //! as a terminal or a web page would; in non-stream mode it awaits the reply.
 //!
-//! With `--otel-noop`, the GenAI trace spans are on: the `tracing-opentelemetry` layer of
+//! With `--otel-noop`, the GenAI trace spans are on: the OpenTelemetry pipeline of
 //! `agentry-otel` with its batch processor and an exporter that drops every batch, so the CPU
 //! per step of tracing (spans, attributes, the processor's thread; not the network) shows
-//! against a run without the flag, where no subscriber exists and each span costs a callsite
-//! check. The result's `"tracing"` says which (`off` or `otel-noop`). With the mock of
+//! against a run without the flag, where the agents have no tracer and make no spans. The result's `"tracing"` says which (`off` or `otel-noop`). With the mock of
 //! `shared/bench` at `$MOCK_URL`:
 //!
 //! ```text
@@ -370,12 +369,10 @@ async fn bench(args: Args) -> anyhow::Result<Value> {
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    // Installed before the runtime, so that every thread of it sees the subscriber.
+    // Installed before the agents are built: each takes the default tracer then.
     let traces = args.otel_noop.then(|| {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        let (layer, guard) = agentry_otel::init_noop();
-        tracing_subscriber::registry().with(layer).init();
+        let guard = agentry_otel::init_noop();
+        guard.install();
         guard
     });
     let runtime = if args.threads > 1 {

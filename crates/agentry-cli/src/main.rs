@@ -90,14 +90,8 @@ fn init_tracing() -> Option<agentry_otel::OtelGuard> {
 
     // `AGENTRY_LOG=agentry=debug` for details; warnings (such as retries) are shown by default.
     // rmcp's own logs dump transport internals for failures agentry reports in plain words.
-    let mut filter = tracing_subscriber::EnvFilter::try_from_env("AGENTRY_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTRY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
-    // The GenAI spans are for the trace exporter; the log shows them only when asked by name.
-    if !std::env::var("AGENTRY_LOG").is_ok_and(|spec| spec.contains(agentry_otel::TRACE_TARGET))
-        && let Ok(off) = format!("{}=off", agentry_otel::TRACE_TARGET).parse()
-    {
-        filter = filter.add_directive(off);
-    }
     // Colour codes only for a terminal: in a log file or a pipe they are noise.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     // Field values quote servers (an error body, a server's stderr): escaped like any other
@@ -117,17 +111,16 @@ fn init_tracing() -> Option<agentry_otel::OtelGuard> {
         .with_ansi(colour)
         .with_target(false)
         .with_filter(filter);
-    // Its own filter: the log level changes nothing of what is exported.
-    let otel = agentry_otel::init_from_env().unwrap_or_else(|e| {
+    tracing_subscriber::registry().with(log).init();
+    // The spans go to OpenTelemetry without `tracing`: the log level changes nothing of what
+    // is exported.
+    agentry_otel::init_from_env().unwrap_or_else(|e| {
         eprintln!(
             "warning: {}; traces are not exported",
             sanitize::line(&e.to_string())
         );
         None
-    });
-    let (otel, guard) = otel.unzip();
-    tracing_subscriber::registry().with(log).with(otel).init();
-    guard
+    })
 }
 
 fn main() -> ExitCode {

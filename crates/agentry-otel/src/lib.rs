@@ -1,30 +1,29 @@
 //! OpenTelemetry export of agentry's GenAI trace spans.
 //!
-//! The agent loop opens `tracing` spans that follow the OpenTelemetry GenAI semantic conventions
-//! (`invoke_agent {agent}`, `chat {model}`, `execute_tool {tool}`; see
-//! `agentry::agent::TRACE_TARGET` for their attributes and events). This crate turns them into
-//! OpenTelemetry spans with `tracing-opentelemetry` and sends them over OTLP/HTTP (protobuf)
-//! with a batch processor.
+//! An agent makes spans that follow the OpenTelemetry GenAI semantic conventions
+//! (`invoke_agent {agent}`, `chat {model}`, `execute_tool {tool}`; see `agentry::agent::trace`
+//! for their attributes and events) with the OpenTelemetry tracer it is given. This crate builds
+//! the pipeline that sends them over OTLP/HTTP (protobuf) with a batch processor, and gives
+//! agentry its tracer.
 //!
 //! [`init_from_env`] does nothing unless `OTEL_EXPORTER_OTLP_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_SDK_DISABLED` is not `true`): then it
-//! returns a layer to add to a `tracing_subscriber` registry and a guard that flushes the spans
-//! when dropped. The layer carries its own filter (target `agentry::gen_ai`, level info), so
-//! the log filter of the other layers changes nothing of what is exported.
+//! makes the pipeline's tracer the one of every agent built afterwards
+//! (`agentry::agent::set_default_tracer`) and returns a guard that exports the last spans when
+//! dropped.
 //!
 //! ```no_run
-//! use tracing_subscriber::layer::SubscriberExt;
-//! use tracing_subscriber::util::SubscriberInitExt;
-//!
-//! let otel = agentry_otel::init_from_env().unwrap_or_else(|e| {
+//! let guard = agentry_otel::init_from_env().unwrap_or_else(|e| {
 //!     eprintln!("warning: traces are not exported: {e}");
 //!     None
 //! });
-//! let (layer, guard) = otel.unzip();
-//! tracing_subscriber::registry().with(layer).init();
-//! // ... run agents ...
+//! // ... build and run agents ...
 //! drop(guard); // exports what is left
 //! ```
+//!
+//! The other constructors ([`init_with_endpoint`], [`init_with_exporter`], [`init_noop`]) only
+//! build the pipeline: give its [`OtelGuard::tracer`] to one agent
+//! (`ReActAgentBuilder::tracer`), or [`OtelGuard::install`] it for all.
 //!
 //! The variables read, besides the two endpoints: `OTEL_SERVICE_NAME` (default `agentry`),
 //! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_HEADERS` / `..._TRACES_HEADERS`,
@@ -34,23 +33,18 @@
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::{Array, KeyValue, StringValue, Value};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
-};
-use tracing::Subscriber;
-use tracing_opentelemetry::OpenTelemetryLayer;
-use tracing_subscriber::Layer;
-use tracing_subscriber::filter::{Filtered, LevelFilter, Targets};
-use tracing_subscriber::registry::LookupSpan;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
 
-pub use agentry::agent::{TRACE_CONTENT_ENV, TRACE_TARGET};
+pub use agentry::agent::TRACE_CONTENT_ENV;
 
 #[cfg(feature = "receiver")]
 pub mod receiver;
+
+/// The instrumentation scope of agentry's spans.
+pub const SCOPE: &str = "agentry";
 
 /// The endpoint for all signals; `/v1/traces` is appended.
 pub const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -84,10 +78,6 @@ pub enum OtelError {
     Flush(String),
 }
 
-/// The layer that exports the GenAI spans: `tracing-opentelemetry`, filtered to
-/// [`TRACE_TARGET`].
-pub type OtelLayer<S> = Filtered<OpenTelemetryLayer<S, SdkTracer>, Targets, S>;
-
 /// Keeps the span pipeline; dropping it (or [`OtelGuard::shutdown`]) exports the spans still
 /// batched and stops the export thread.
 #[derive(Debug)]
@@ -96,6 +86,19 @@ pub struct OtelGuard {
 }
 
 impl OtelGuard {
+    /// A tracer of this pipeline, for `ReActAgentBuilder::tracer` (`None` once shut down).
+    pub fn tracer(&self) -> Option<SdkTracer> {
+        self.provider.as_ref().map(|provider| provider.tracer(SCOPE))
+    }
+
+    /// Makes this pipeline's tracer the one of every agent built from now on
+    /// (`agentry::agent::set_default_tracer`).
+    pub fn install(&self) {
+        if let Some(tracer) = self.tracer() {
+            agentry::agent::set_default_tracer(tracer);
+        }
+    }
+
     /// Exports every ended span now, waiting for the export.
     pub fn flush(&self) -> Result<(), OtelError> {
         match &self.provider {
@@ -135,12 +138,9 @@ pub fn enabled_by_env() -> bool {
     !disabled && (set(ENDPOINT_ENV) || set(TRACES_ENDPOINT_ENV))
 }
 
-/// The exporting layer and its guard when [`enabled_by_env`], else `None`: nothing is set up
-/// and no connection is ever made.
-pub fn init_from_env<S>() -> Result<Option<(OtelLayer<S>, OtelGuard)>, OtelError>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
+/// When [`enabled_by_env`], the pipeline the variables describe, installed as the tracer of
+/// every agent built afterwards; else `None`: nothing is set up and no connection is ever made.
+pub fn init_from_env() -> Result<Option<OtelGuard>, OtelError> {
     if !enabled_by_env() {
         return Ok(None);
     }
@@ -169,15 +169,14 @@ where
         .with_protocol(Protocol::HttpBinary)
         .build()
         .map_err(|e| OtelError::Exporter(e.to_string()))?;
-    Ok(Some(init_with_exporter(exporter)))
+    let guard = init_with_exporter(exporter);
+    guard.install();
+    Ok(Some(guard))
 }
 
-/// The exporting layer and its guard, sending to `traces_url` (the whole URL, such as
-/// `http://127.0.0.1:4318/v1/traces`) whatever the environment says.
-pub fn init_with_endpoint<S>(traces_url: &str) -> Result<(OtelLayer<S>, OtelGuard), OtelError>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
+/// The pipeline sending to `traces_url` (the whole URL, such as
+/// `http://127.0.0.1:4318/v1/traces`) whatever the environment says; not installed.
+pub fn init_with_endpoint(traces_url: &str) -> Result<OtelGuard, OtelError> {
     install_crypto_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -188,52 +187,24 @@ where
     Ok(init_with_exporter(exporter))
 }
 
-/// The layer and guard exporting through `exporter` with a batch processor.
-pub fn init_with_exporter<S, E>(exporter: E) -> (OtelLayer<S>, OtelGuard)
+/// The pipeline exporting through `exporter` with a batch processor; not installed.
+pub fn init_with_exporter<E>(exporter: E) -> OtelGuard
 where
-    S: Subscriber + for<'a> LookupSpan<'a>,
     E: SpanExporter + 'static,
 {
-    let processor = GenAiProcessor {
-        next: BatchSpanProcessor::builder(exporter).build(),
-    };
     let provider = SdkTracerProvider::builder()
-        .with_span_processor(processor)
+        .with_span_processor(BatchSpanProcessor::builder(exporter).build())
         .with_resource(resource())
         .build();
-    let tracer = provider.tracer("agentry");
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(tracer)
-        // The conventions' attributes only: no source locations, threads, levels or timings.
-        .with_location(false)
-        .with_threads(false)
-        .with_level(false)
-        .with_target(false)
-        .with_tracked_inactivity(false)
-        // Parents come from the `tracing` context (which `Instrument` carries across tasks);
-        // nothing here reads the OpenTelemetry context, so entering a span needs no work.
-        .with_context_activation(false)
-        .with_filter(filter());
-    (
-        layer,
-        OtelGuard {
-            provider: Some(provider),
-        },
-    )
+    OtelGuard {
+        provider: Some(provider),
+    }
 }
 
 /// The pipeline with an exporter that drops every span: what tracing costs without the
-/// network, for benchmarks.
-pub fn init_noop<S>() -> (OtelLayer<S>, OtelGuard)
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
+/// network, for benchmarks; not installed.
+pub fn init_noop() -> OtelGuard {
     init_with_exporter(NoopExporter)
-}
-
-/// The spans and events the layer exports: target [`TRACE_TARGET`] at level info and above.
-pub fn filter() -> Targets {
-    Targets::new().with_target(TRACE_TARGET, LevelFilter::INFO)
 }
 
 /// reqwest is built without a TLS crypto provider (as in `agentry`): the process-wide one is
@@ -263,71 +234,5 @@ impl SpanExporter for NoopExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         drop(batch);
         Ok(())
-    }
-}
-
-/// Gives the attributes `tracing` cannot type their conventions' type before the spans go to
-/// the batch processor: `gen_ai.response.finish_reasons`, recorded as a JSON array in a string,
-/// becomes a string array.
-#[derive(Debug)]
-struct GenAiProcessor<P> {
-    next: P,
-}
-
-impl<P: SpanProcessor> SpanProcessor for GenAiProcessor<P> {
-    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
-        self.next.on_start(span, cx);
-    }
-
-    fn on_end(&self, mut span: SpanData) {
-        for attribute in span.attributes.iter_mut() {
-            retype(attribute);
-        }
-        self.next.on_end(span);
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.next.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.next.shutdown_with_timeout(timeout)
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.next.set_resource(resource);
-    }
-}
-
-/// The attributes of string-array type that `agentry` records as JSON arrays.
-const STRING_ARRAYS: &[&str] = &["gen_ai.response.finish_reasons"];
-
-fn retype(attribute: &mut KeyValue) {
-    if !STRING_ARRAYS.contains(&attribute.key.as_str()) {
-        return;
-    }
-    let Value::String(text) = &attribute.value else {
-        return;
-    };
-    if let Ok(items) = serde_json::from_str::<Vec<String>>(text.as_str()) {
-        attribute.value = Value::Array(Array::String(items.into_iter().map(StringValue::from).collect()));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finish_reasons_become_a_string_array() {
-        let mut attribute = KeyValue::new("gen_ai.response.finish_reasons", r#"["stop"]"#);
-        retype(&mut attribute);
-        assert_eq!(
-            attribute.value,
-            Value::Array(Array::String(vec![StringValue::from("stop")]))
-        );
-        let mut other = KeyValue::new("gen_ai.tool.call.result", r#"["stop"]"#);
-        retype(&mut other);
-        assert_eq!(other.value, Value::from(r#"["stop"]"#));
     }
 }

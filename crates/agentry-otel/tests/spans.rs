@@ -14,8 +14,6 @@ use agentry_otel::receiver::{AttrValue, OtlpReceiver, ReceivedSpan};
 use agentry_testkit::{Call, FakeLlm, Reply};
 use serde_json::json;
 use tokio::sync::Notify;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
 
 /// How long any wait of a test may take before the test fails instead of hanging.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -34,23 +32,19 @@ const CONTENT_ATTRIBUTES: [&str; 4] = [
     "gen_ai.tool.call.result",
 ];
 
-/// A receiver, and this thread's subscriber exporting to it (the tests run on a current-thread
-/// runtime, so the agent's tasks see the subscriber too).
+/// A receiver, and a pipeline exporting to it whose tracer the test's agent is given.
 struct Traced {
     receiver: OtlpReceiver,
     guard: Arc<OtelGuard>,
-    _subscriber: tracing::subscriber::DefaultGuard,
 }
 
 impl Traced {
     async fn start() -> Self {
         let receiver = OtlpReceiver::start().await.unwrap();
-        let (layer, guard) = agentry_otel::init_with_endpoint(&receiver.traces_url()).unwrap();
-        let subscriber = tracing_subscriber::registry().with(layer).set_default();
+        let guard = agentry_otel::init_with_endpoint(&receiver.traces_url()).unwrap();
         Traced {
             receiver,
             guard: Arc::new(guard),
-            _subscriber: subscriber,
         }
     }
 
@@ -81,12 +75,7 @@ impl Traced {
 
     /// Stops the pipeline off this thread (a last export must not wait for this runtime).
     async fn finish(self) {
-        let Traced {
-            receiver,
-            guard,
-            _subscriber,
-        } = self;
-        drop(_subscriber);
+        let Traced { receiver, guard } = self;
         tokio::task::spawn_blocking(move || Arc::try_unwrap(guard).map(OtelGuard::shutdown))
             .await
             .unwrap()
@@ -109,7 +98,7 @@ fn add_tool() -> FunctionTool {
     )
 }
 
-fn builder(fake: &FakeLlm, toolkit: Toolkit) -> ReActAgentBuilder {
+fn builder(traced: &Traced, fake: &FakeLlm, toolkit: Toolkit) -> ReActAgentBuilder {
     let model = OpenAiChatModel::new(
         OpenAiConfig::new("fake-model")
             .base_url(fake.base_url())
@@ -121,6 +110,7 @@ fn builder(fake: &FakeLlm, toolkit: Toolkit) -> ReActAgentBuilder {
         .sys_prompt("You are a test agent.")
         .model(model)
         .toolkit(toolkit)
+        .tracer(traced.guard.tracer().unwrap())
 }
 
 fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
@@ -142,7 +132,7 @@ async fn tool_call_reply(content: bool) -> Vec<ReceivedSpan> {
     fake.push(Reply::text("42").usage(34, 2));
     let toolkit = Toolkit::new();
     toolkit.register(add_tool()).unwrap();
-    let agent = builder(&fake, toolkit)
+    let agent = builder(&traced, &fake, toolkit)
         .trace_content(content)
         .conversation_id("conv-1")
         .build()
@@ -323,7 +313,7 @@ async fn a_cancelled_and_a_declined_call_carry_events_with_their_reasons() {
             ToolOptions::new().require_approval(true),
         )
         .unwrap();
-    let agent = builder(&fake, toolkit).build().unwrap();
+    let agent = builder(&traced, &fake, toolkit).build().unwrap();
     let handle = agent.handle();
 
     let mut run = agent.start_reply(Msg::user("Wait, then do the guarded thing."));
@@ -419,7 +409,7 @@ async fn a_cancelled_reply_marks_its_span_and_its_interrupted_model_call() {
             .chunks(4)
             .hang_after(2),
     );
-    let agent = builder(&fake, Toolkit::new()).build().unwrap();
+    let agent = builder(&traced, &fake, Toolkit::new()).build().unwrap();
     let handle = agent.handle();
     let mut run = agent.start_reply(Msg::user("Talk."));
     // Cancel once the answer has started streaming.
@@ -490,7 +480,7 @@ async fn a_timed_out_call_is_an_error_with_its_event() {
             ToolOptions::new().timeout(Duration::from_millis(50)),
         )
         .unwrap();
-    let agent = builder(&fake, toolkit).build().unwrap();
+    let agent = builder(&traced, &fake, toolkit).build().unwrap();
     tokio::time::timeout(DEADLINE, agent.reply(Msg::user("Be slow.")))
         .await
         .unwrap()
@@ -509,4 +499,72 @@ async fn a_timed_out_call_is_an_error_with_its_event() {
         Some(&AttrValue::Str("timeout".into()))
     );
     assert_eq!(event.attributes.get("timeout_ms"), Some(&AttrValue::Int(50)));
+}
+
+/// A tool runs in its `execute_tool` span's context, and a reply in its caller's: the spans a
+/// tool makes with the OpenTelemetry API are children of its call, and the reply's
+/// `invoke_agent` is a child of the span the caller is in.
+#[tokio::test]
+async fn a_tools_own_span_nests_under_its_call_and_the_reply_under_its_caller() {
+    use opentelemetry::trace::{FutureExt as _, TraceContextExt as _, Tracer as _};
+
+    let traced = Traced::start().await;
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("call_1", "lookup", "{}")]));
+    fake.push(Reply::text("found"));
+    let tool_tracer = traced.guard.tracer().unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(FunctionTool::new(
+            "lookup",
+            "Look something up.",
+            json!({"type": "object"}),
+            move |_args, _ctx| {
+                // Made where the tool body starts: the current context is the call's.
+                let span = tool_tracer.start("lookup.query");
+                once(async move {
+                    drop(span);
+                    "ok".to_owned()
+                })
+            },
+        ))
+        .unwrap();
+    let agent = builder(&traced, &fake, toolkit).build().unwrap();
+    let caller_tracer = traced.guard.tracer().unwrap();
+    let caller = caller_tracer.start("request handler");
+    let caller_cx = opentelemetry::Context::current_with_span(caller);
+    let reply = tokio::time::timeout(
+        DEADLINE,
+        agent
+            .reply(Msg::user("look it up"))
+            .with_context(caller_cx.clone()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(reply.text().as_deref(), Some("found"));
+    caller_cx.span().end();
+    let spans = traced
+        .spans(|s| {
+            named(s, "request handler").len() == 1
+                && named(s, "invoke_agent Friday").len() == 1
+                && named(s, "execute_tool lookup").len() == 1
+                && named(s, "lookup.query").len() == 1
+        })
+        .await;
+    let handler = one(&spans, "request handler");
+    let agent_span = one(&spans, "invoke_agent Friday");
+    let call = one(&spans, "execute_tool lookup");
+    let query = one(&spans, "lookup.query");
+    assert_eq!(
+        agent_span.parent_span_id, handler.span_id,
+        "invoke_agent is the caller's child"
+    );
+    assert_eq!(call.parent_span_id, agent_span.span_id);
+    assert_eq!(
+        query.parent_span_id, call.span_id,
+        "the tool's span is its call's child"
+    );
+    assert_eq!(query.trace_id, handler.trace_id);
+    traced.finish().await;
 }

@@ -8,7 +8,6 @@ use chrono::Utc;
 use futures::StreamExt;
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
-use tracing::Instrument;
 
 use super::AgentError;
 use super::approval::Approval;
@@ -142,8 +141,7 @@ impl ReplyCx<'_> {
         index: usize,
     ) -> Result<Option<Map<String, Value>>, AgentError> {
         let span = trace::execute_tool(self.inner, &self.agent_span, &call);
-        self.run_call_in(call, record, structured, slots, index, &span)
-            .instrument(span.clone())
+        span.instrument(self.run_call_in(call, record, structured, slots, index, &span))
             .await
     }
 
@@ -157,7 +155,7 @@ impl ReplyCx<'_> {
         structured: Option<&StructuredSpec>,
         slots: &ResultSlots,
         index: usize,
-        span: &tracing::Span,
+        span: &trace::ToolSpan,
     ) -> Result<Option<Map<String, Value>>, AgentError> {
         let call_id = record.call_id.clone();
         let called_name = call.name.clone();

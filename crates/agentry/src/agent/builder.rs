@@ -38,6 +38,7 @@ pub struct ReActAgentBuilder {
     finished_calls_limit: Option<usize>,
     trace_content: Option<bool>,
     conversation_id: Option<String>,
+    tracer: Option<Arc<opentelemetry::global::BoxedTracer>>,
     prices: PriceTable,
     budget: ReplyBudget,
 }
@@ -194,7 +195,7 @@ impl ReActAgentBuilder {
 
     /// Whether the GenAI trace spans carry message contents: prompts, answers, tool arguments
     /// and results (default: off, unless `AGENTRY_TRACE_CONTENT=1` when the agent is built).
-    /// They may hold personal data; see [`TRACE_TARGET`](super::TRACE_TARGET).
+    /// They may hold personal data; see [`trace`](super::trace).
     pub fn trace_content(mut self, on: bool) -> Self {
         self.trace_content = Some(on);
         self
@@ -203,6 +204,19 @@ impl ReActAgentBuilder {
     /// The conversation (session) id the trace spans carry as `gen_ai.conversation.id`.
     pub fn conversation_id(mut self, id: impl Into<String>) -> Self {
         self.conversation_id = Some(id.into());
+        self
+    }
+
+    /// The OpenTelemetry tracer of this agent's GenAI spans (`invoke_agent`, `chat`,
+    /// `execute_tool`), instead of the process-wide one of
+    /// [`set_default_tracer`](super::set_default_tracer). Without either, the agent makes no
+    /// spans.
+    pub fn tracer<T>(mut self, tracer: T) -> Self
+    where
+        T: opentelemetry::trace::Tracer + Send + Sync + 'static,
+        T::Span: Send + Sync + 'static,
+    {
+        self.tracer = Some(Arc::new(super::trace::boxed(tracer)));
         self
     }
 
@@ -217,10 +231,15 @@ impl ReActAgentBuilder {
                 .enable_meta_tool()
                 .map_err(|e| AgentError::Config(format!("cannot enable the meta tool: {e}")))?;
         }
+        let name = self.name.unwrap_or_else(|| "assistant".to_owned());
+        let tracer = self
+            .tracer
+            .or_else(super::trace::default_tracer)
+            .map(|tracer| Arc::new(super::trace::AgentTracer::new(tracer, &name, model.as_ref())));
         Ok(ReActAgent {
             inner: Arc::new(AgentInner {
                 config: AgentConfig {
-                    name: self.name.unwrap_or_else(|| "assistant".to_owned()),
+                    name,
                     sys_prompt: self.sys_prompt.filter(|p| !p.is_empty()).map(Msg::system),
                     model,
                     toolkit,
@@ -234,6 +253,7 @@ impl ReActAgentBuilder {
                     trace: super::trace::TraceSettings {
                         content: self.trace_content.unwrap_or_else(super::trace::content_from_env),
                         conversation_id: self.conversation_id,
+                        tracer,
                     },
                     settings: Settings {
                         auto_approve_tools: self.auto_approve_tools,

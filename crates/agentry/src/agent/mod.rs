@@ -45,7 +45,7 @@ mod react;
 mod repeats;
 mod shim;
 mod structured;
-mod trace;
+pub mod trace;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
 pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
@@ -55,7 +55,7 @@ pub use handle::{AgentHandle, ApprovalError};
 pub use hooks::{AgentHook, HookContext};
 pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note};
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
-pub use trace::{TRACE_CONTENT_ENV, TRACE_TARGET};
+pub use trace::{TRACE_CONTENT_ENV, clear_default_tracer, set_default_tracer};
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -369,7 +369,10 @@ impl ReActAgent {
         let inner = Arc::clone(&self.inner);
         let active = react::new_reply(Some(tx));
         let reply = Arc::downgrade(&active);
-        let task = tokio::spawn(async move { ReplyCx::run(&inner, incoming, None, active).await });
+        // In the caller's OpenTelemetry context: the reply's span is a child of the caller's.
+        let task = tokio::spawn(trace::in_current_context(async move {
+            ReplyCx::run(&inner, incoming, None, active).await
+        }));
         ReplyRun {
             events: EventStream::new(rx),
             task: Some(task),

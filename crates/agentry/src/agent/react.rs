@@ -59,10 +59,8 @@ pub(crate) struct ReplyCx<'a> {
     call_ids: HashSet<CallId>,
     /// Completed calls of this reply, to answer a repeat without running it again.
     pub(super) repeated: RepeatedCalls,
-    /// The reply's `invoke_agent` span, the explicit parent of its `chat` and `execute_tool`
-    /// spans: entering it on every poll of the reply would cost an exporting layer a lookup
-    /// per poll, per chunk.
-    pub(super) agent_span: tracing::Span,
+    /// The reply's `invoke_agent` span, the parent of its `chat` and `execute_tool` spans.
+    pub(super) agent_span: trace::ReplySpan,
 }
 
 /// What starts a reply.

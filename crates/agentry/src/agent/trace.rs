@@ -1,72 +1,146 @@
-//! Spans following the OpenTelemetry GenAI semantic conventions (see [`TRACE_TARGET`]).
+//! Spans following the OpenTelemetry GenAI semantic conventions, made with the OpenTelemetry
+//! API (`opentelemetry`) when the agent has a tracer.
+//!
+//! An agent traces when it has a tracer: [`ReActAgentBuilder::tracer`](super::ReActAgentBuilder::tracer),
+//! or the process-wide one of [`set_default_tracer`] when the agent is built (the
+//! `agentry-otel` crate sets one up from the `OTEL_EXPORTER_OTLP_*` variables). Without one, a
+//! span costs a branch: nothing is built. The spans are made with the OpenTelemetry API rather
+//! than through `tracing` and `tracing-opentelemetry`: the bridge costs about twice as much CPU
+//! per span (BENCHMARKS.md).
+//!
+//! | span | when | attributes |
+//! | --- | --- | --- |
+//! | `invoke_agent {agent}` | one per reply, child of the caller's OpenTelemetry context | `gen_ai.operation.name`, `gen_ai.agent.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.conversation.id` (if set), `gen_ai.usage.*` (the reply's total), `agentry.reply.id`, `agentry.stop_reason`, `error.type` |
+//! | `chat {model}` (kind client) | each model call, child of `invoke_agent` | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons` (a string array), `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`, `error.type` |
+//! | `execute_tool {tool}` | each tool call, child of `invoke_agent`; the tool runs in its context | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` (`function`), `agentry.tool.state`, `agentry.decision.source`, `error.type` |
+//!
+//! Events (the names are this crate's, outside the `gen_ai.` namespace that the conventions
+//! reserve):
+//!
+//! | event | on | attributes |
+//! | --- | --- | --- |
+//! | `agentry.tool.cancelled` | `execute_tool` | `reason` (`user`, `reply`, `restart`, ...), `phase` (`before_start`, `running`), `partial` |
+//! | `agentry.tool.declined` | `execute_tool` | `reason` (the decliner's text, or empty), `source` (`user`, `session_grant`, `no_decision`, ...) |
+//! | `agentry.tool.timed_out` | `execute_tool` | `reason` (`timeout`), `timeout_ms` (the call's timeout), `partial` |
+//! | `agentry.chat.cancelled` | `chat` | `reason` (`reply_cancelled`): the stream was dropped before its end |
+//! | `agentry.reply.cancelled` | `invoke_agent` | `reason` (`cancelled`, or `budget` with `detail`: the limit reached) |
+//!
+//! A failed call, a timed-out call and a failed reply or model call set `error.type` and the
+//! span status to error. Cancelled and declined calls are not errors.
+//!
+//! Message contents (`gen_ai.input.messages`, `gen_ai.output.messages` on `chat` and
+//! `invoke_agent`, `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` on
+//! `execute_tool`, as JSON strings in the conventions' message format) are recorded only when
+//! the user opts in: [`ReActAgentBuilder::trace_content`](super::ReActAgentBuilder::trace_content),
+//! or [`TRACE_CONTENT_ENV`] (`AGENTRY_TRACE_CONTENT=1`) when the agent is built.
 
+use std::borrow::Cow;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::{Arc, RwLock};
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use futures::future::Either;
 use futures::{Stream, StreamExt};
+use opentelemetry::global::{BoxedSpan, BoxedTracer};
+use opentelemetry::trace::{FutureExt as _, Span as _, SpanKind, Status, TraceContextExt as _, Tracer};
+use opentelemetry::{Array, Context, KeyValue, StringValue};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tracing::Span;
-use tracing::field::Empty;
 
 use super::AgentInner;
 use super::events::StopReason;
 use super::react::Incoming;
 use crate::ReplyId;
 use crate::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
-use crate::model::{ChatRequest, ChatResponse, ChatStream, ChatUsage, ModelError};
+use crate::model::{ChatModel, ChatRequest, ChatResponse, ChatStream, ChatUsage, ModelError};
 use crate::tool::{DecisionSource, ToolCallState};
-
-/// The `tracing` target (`agentry::gen_ai`) of the spans that follow the OpenTelemetry GenAI
-/// semantic conventions, and of their events.
-///
-/// The agent loop opens `tracing` spans at this target, named and attributed as the
-/// conventions say, so that any `tracing` layer turning spans into
-/// OpenTelemetry spans (`tracing-opentelemetry`; the `agentry-otel` crate sets one up from the
-/// `OTEL_EXPORTER_OTLP_*` variables) exports them as they are. This crate depends on `tracing`
-/// only. With no subscriber interested in the target, each span costs a callsite check.
-///
-/// | span (`otel.name`) | when | attributes |
-/// | --- | --- | --- |
-/// | `invoke_agent {agent}` | one per reply | `gen_ai.operation.name`, `gen_ai.agent.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.conversation.id` (if set), `gen_ai.usage.*` (the reply's total), `agentry.reply.id`, `agentry.stop_reason`, `error.type` |
-/// | `chat {model}` | each model call, child of `invoke_agent` | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`, `error.type` |
-/// | `execute_tool {tool}` | each tool call, child of `invoke_agent` | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` (`function`), `agentry.tool.state`, `agentry.decision.source`, `error.type` |
-///
-/// Events (span events in OpenTelemetry; the names are this crate's, outside the `gen_ai.`
-/// namespace that the conventions reserve):
-///
-/// | event | on | attributes |
-/// | --- | --- | --- |
-/// | `agentry.tool.cancelled` | `execute_tool` | `reason` (`user`, `reply`, `restart`, ...), `phase` (`before_start`, `running`), `partial` |
-/// | `agentry.tool.declined` | `execute_tool` | `reason` (the decliner's text, or empty), `source` (`user`, `session_grant`, `no_decision`, ...) |
-/// | `agentry.tool.timed_out` | `execute_tool` | `reason` (`timeout`), `timeout_ms` (the call's timeout), `partial` |
-/// | `agentry.chat.cancelled` | `chat` | `reason` (`reply_cancelled`): the stream was dropped before its end |
-/// | `agentry.reply.cancelled` | `invoke_agent` | `reason` (`cancelled`, or `budget` with `detail`: the limit reached) |
-///
-/// A failed call, a timed-out call and a failed reply or model call set `error.type` and the
-/// span status to error (`otel.status_code`). Cancelled and declined calls are not errors.
-///
-/// Message contents (`gen_ai.input.messages`, `gen_ai.output.messages` on `chat` and
-/// `invoke_agent`, `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` on
-/// `execute_tool`, as JSON strings in the conventions' message format) are recorded only when
-/// the user opts in: [`ReActAgentBuilder::trace_content`](super::ReActAgentBuilder::trace_content),
-/// or [`TRACE_CONTENT_ENV`] (`AGENTRY_TRACE_CONTENT=1`) when the agent is built.
-/// `gen_ai.response.finish_reasons` is a JSON array in a string (`tracing` has no arrays);
-/// `agentry-otel` exports it as a string array.
-pub const TRACE_TARGET: &str = "agentry::gen_ai";
 
 /// The environment variable that opts in to message contents in spans when set to `1`, `true`,
 /// `yes` or `on` (read when an agent is built).
 pub const TRACE_CONTENT_ENV: &str = "AGENTRY_TRACE_CONTENT";
 
+/// The tracer agents built from now on use when their builder was given none.
+static DEFAULT_TRACER: RwLock<Option<Arc<BoxedTracer>>> = RwLock::new(None);
+
+/// Makes `tracer` the one every agent built from now on traces with, unless its builder was
+/// given its own ([`ReActAgentBuilder::tracer`](super::ReActAgentBuilder::tracer)). Agents
+/// already built keep theirs.
+///
+/// ```no_run
+/// // Any `opentelemetry` tracer: an SDK provider's `tracer("agentry")`, or the global one.
+/// agentry::agent::set_default_tracer(opentelemetry::global::tracer("agentry"));
+/// ```
+pub fn set_default_tracer<T>(tracer: T)
+where
+    T: Tracer + Send + Sync + 'static,
+    T::Span: Send + Sync + 'static,
+{
+    let tracer = Arc::new(boxed(tracer));
+    *DEFAULT_TRACER.write().unwrap_or_else(|e| e.into_inner()) = Some(tracer);
+}
+
+/// Agents built from now on trace only with a tracer of their own.
+pub fn clear_default_tracer() {
+    *DEFAULT_TRACER.write().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+pub(crate) fn default_tracer() -> Option<Arc<BoxedTracer>> {
+    DEFAULT_TRACER.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+pub(crate) fn boxed<T>(tracer: T) -> BoxedTracer
+where
+    T: Tracer + Send + Sync + 'static,
+    T::Span: Send + Sync + 'static,
+{
+    BoxedTracer::new(Box::new(tracer))
+}
+
 /// What an agent's spans carry besides the defaults.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct TraceSettings {
     /// Record message contents (opt-in).
     pub(crate) content: bool,
     /// `gen_ai.conversation.id`.
     pub(crate) conversation_id: Option<String>,
+    /// The tracer and the names every span repeats, when the agent traces.
+    pub(crate) tracer: Option<Arc<AgentTracer>>,
+}
+
+impl std::fmt::Debug for TraceSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceSettings")
+            .field("content", &self.content)
+            .field("conversation_id", &self.conversation_id)
+            .field("traced", &self.tracer.is_some())
+            .finish()
+    }
+}
+
+/// An agent's tracer, with the names and values its spans repeat, made once (shared, not
+/// copied, by every span).
+pub(crate) struct AgentTracer {
+    tracer: Arc<BoxedTracer>,
+    invoke_agent_name: Cow<'static, str>,
+    chat_name: Cow<'static, str>,
+    agent_name: StringValue,
+    provider: StringValue,
+    model: StringValue,
+}
+
+impl AgentTracer {
+    pub(crate) fn new(tracer: Arc<BoxedTracer>, agent_name: &str, model: &dyn ChatModel) -> Self {
+        let shared = |s: &str| StringValue::from(Arc::<str>::from(s));
+        AgentTracer {
+            tracer,
+            invoke_agent_name: format!("invoke_agent {agent_name}").into(),
+            chat_name: format!("chat {}", model.model_name()).into(),
+            agent_name: shared(agent_name),
+            provider: shared(model.provider_name()),
+            model: shared(model.model_name()),
+        }
+    }
 }
 
 /// Whether [`TRACE_CONTENT_ENV`] opts in.
@@ -79,157 +153,161 @@ pub(crate) fn content_from_env() -> bool {
     })
 }
 
-/// The `invoke_agent` span of one reply.
-pub(super) fn invoke_agent(inner: &AgentInner, reply_id: &ReplyId, incoming: &Incoming) -> Span {
-    let config = &inner.config;
-    let span = tracing::info_span!(
-        target: TRACE_TARGET,
-        "invoke_agent",
-        otel.name = %format_args!("invoke_agent {}", config.name),
-        otel.kind = "internal",
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-        gen_ai.operation.name = "invoke_agent",
-        gen_ai.agent.name = config.name.as_str(),
-        gen_ai.provider.name = config.model.provider_name(),
-        gen_ai.request.model = config.model.model_name(),
-        gen_ai.conversation.id = Empty,
-        gen_ai.usage.input_tokens = Empty,
-        gen_ai.usage.output_tokens = Empty,
-        gen_ai.usage.cache_read.input_tokens = Empty,
-        gen_ai.usage.cache_creation.input_tokens = Empty,
-        gen_ai.input.messages = Empty,
-        gen_ai.output.messages = Empty,
-        error.type = Empty,
-        agentry.reply.id = reply_id.as_str(),
-        agentry.stop_reason = Empty,
-    );
-    if span.is_disabled() {
-        return span;
-    }
-    if let Some(id) = &config.trace.conversation_id {
-        span.record("gen_ai.conversation.id", id.as_str());
-    }
-    if config.trace.content
-        && let Incoming::Message(Some(msg)) = incoming
-    {
-        span.record(
-            "gen_ai.input.messages",
-            messages_json(std::slice::from_ref(msg)).as_str(),
-        );
-    }
-    span
+/// The `invoke_agent` span of one reply (nothing when the agent does not trace).
+pub(super) struct ReplySpan(Option<Traced>);
+
+/// A reply's tracer and the context holding its span.
+struct Traced {
+    tracer: Arc<AgentTracer>,
+    cx: Context,
 }
 
-/// Ends the `invoke_agent` span's attributes: usage, stop reason, error, and the answer when
-/// contents are recorded.
+/// The `invoke_agent` span of one reply.
+pub(super) fn invoke_agent(inner: &AgentInner, reply_id: &ReplyId, incoming: &Incoming) -> ReplySpan {
+    let settings = &inner.config.trace;
+    let Some(tracer) = &settings.tracer else {
+        return ReplySpan(None);
+    };
+    let mut attributes = Vec::with_capacity(7);
+    attributes.push(KeyValue::new("gen_ai.operation.name", "invoke_agent"));
+    attributes.push(KeyValue::new("gen_ai.agent.name", tracer.agent_name.clone()));
+    attributes.push(KeyValue::new("gen_ai.provider.name", tracer.provider.clone()));
+    attributes.push(KeyValue::new("gen_ai.request.model", tracer.model.clone()));
+    attributes.push(KeyValue::new("agentry.reply.id", reply_id.as_str().to_owned()));
+    if let Some(id) = &settings.conversation_id {
+        attributes.push(KeyValue::new("gen_ai.conversation.id", id.clone()));
+    }
+    if settings.content
+        && let Incoming::Message(Some(msg)) = incoming
+    {
+        attributes.push(KeyValue::new(
+            "gen_ai.input.messages",
+            messages_json(std::slice::from_ref(msg)),
+        ));
+    }
+    let parent = Context::current();
+    let span = tracer
+        .tracer
+        .span_builder(tracer.invoke_agent_name.clone())
+        .with_kind(SpanKind::Internal)
+        .with_attributes(attributes)
+        .start_with_context(&*tracer.tracer, &parent);
+    ReplySpan(Some(Traced {
+        tracer: Arc::clone(tracer),
+        cx: parent.with_span(span),
+    }))
+}
+
+/// Ends the `invoke_agent` span: usage, stop reason, error, and the answer when contents are
+/// recorded.
 pub(super) fn reply_finished<E: std::fmt::Display>(
     inner: &AgentInner,
-    span: &Span,
+    reply: &ReplySpan,
     outcome: &Result<(Msg, StopReason), E>,
     usage: &ChatUsage,
 ) {
-    if span.is_disabled() {
+    let Some(traced) = &reply.0 else {
         return;
-    }
-    record_usage(span, usage);
+    };
+    let span = traced.cx.span();
+    span.set_attributes(usage_attributes(usage));
     let reason = match outcome {
         Ok((_, stop_reason)) => tagged_name(stop_reason, "reason"),
         Err(_) => "failed".to_owned(),
     };
-    span.record("agentry.stop_reason", reason.as_str());
+    span.set_attribute(KeyValue::new("agentry.stop_reason", reason));
     match outcome {
         Ok((msg, stop_reason)) => {
             match stop_reason {
                 StopReason::Cancelled => {
-                    tracing::info!(target: TRACE_TARGET, parent: span, reason = "cancelled", "agentry.reply.cancelled");
+                    span.add_event(
+                        "agentry.reply.cancelled",
+                        vec![KeyValue::new("reason", "cancelled")],
+                    );
                 }
                 StopReason::BudgetReached(why) => {
-                    tracing::info!(target: TRACE_TARGET, parent: span, reason = "budget", detail = why.as_str(), "agentry.reply.cancelled");
+                    span.add_event(
+                        "agentry.reply.cancelled",
+                        vec![
+                            KeyValue::new("reason", "budget"),
+                            KeyValue::new("detail", why.clone()),
+                        ],
+                    );
                 }
                 _ => {}
             }
             if inner.config.trace.content {
-                span.record(
+                span.set_attribute(KeyValue::new(
                     "gen_ai.output.messages",
-                    messages_json(std::slice::from_ref(msg)).as_str(),
-                );
+                    messages_json(std::slice::from_ref(msg)),
+                ));
             }
         }
         Err(e) => {
-            span.record("error.type", "agent_error");
-            span.record("otel.status_code", "ERROR");
-            span.record("otel.status_description", e.to_string().as_str());
+            span.set_attribute(KeyValue::new("error.type", "agent_error"));
+            span.set_status(Status::error(e.to_string()));
         }
     }
+    span.end();
 }
 
-/// Starts one model call with its `chat` span, a child of `parent` (the reply's
-/// `invoke_agent`). Without a subscriber for the span, the model's stream is returned as it is.
-pub(super) fn chat(inner: &AgentInner, parent: &Span, request: ChatRequest) -> ChatStream {
+/// Starts one model call with its `chat` span, a child of the reply's `invoke_agent`. Without
+/// a tracer, the model's stream is returned as it is.
+pub(super) fn chat(inner: &AgentInner, reply: &ReplySpan, request: ChatRequest) -> ChatStream {
     let model = &inner.config.model;
-    let span = tracing::info_span!(
-        target: TRACE_TARGET,
-        parent: parent,
-        "chat",
-        otel.name = %format_args!("chat {}", model.model_name()),
-        otel.kind = "client",
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-        gen_ai.operation.name = "chat",
-        gen_ai.provider.name = model.provider_name(),
-        gen_ai.request.model = model.model_name(),
-        gen_ai.response.id = Empty,
-        gen_ai.response.finish_reasons = Empty,
-        gen_ai.usage.input_tokens = Empty,
-        gen_ai.usage.output_tokens = Empty,
-        gen_ai.usage.cache_read.input_tokens = Empty,
-        gen_ai.usage.cache_creation.input_tokens = Empty,
-        gen_ai.input.messages = Empty,
-        gen_ai.output.messages = Empty,
-        error.type = Empty,
-    );
-    if span.is_disabled() {
+    let Some(traced) = &reply.0 else {
         return model.chat(request);
-    }
+    };
+    let tracer = &traced.tracer;
     let content = inner.config.trace.content;
+    let mut attributes = Vec::with_capacity(4);
+    attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
+    attributes.push(KeyValue::new("gen_ai.provider.name", tracer.provider.clone()));
+    attributes.push(KeyValue::new("gen_ai.request.model", tracer.model.clone()));
     if content {
-        span.record("gen_ai.input.messages", messages_json(&request.messages).as_str());
+        attributes.push(KeyValue::new(
+            "gen_ai.input.messages",
+            messages_json(&request.messages),
+        ));
     }
+    let span = tracer
+        .tracer
+        .span_builder(tracer.chat_name.clone())
+        .with_kind(SpanKind::Client)
+        .with_attributes(attributes)
+        .start_with_context(&*tracer.tracer, &traced.cx);
     Box::pin(TracedChat {
         stream: model.chat(request),
         span,
         content,
         output: None,
+        id: None,
         usage: None,
         finish_reason: None,
-        id_recorded: false,
         ended: false,
     })
 }
 
-/// A model call's stream with its `chat` span. The response's id is recorded when it first
-/// arrives; usage, finish reason and output when the stream ends, fails or is dropped, so a
-/// chunk costs a few comparisons. The stream is not polled inside the span: entering a span
-/// costs an exporting layer two lookups, and a streamed call is polled once per chunk.
+/// A model call's stream with its `chat` span. What the span records of the response (id,
+/// usage, finish reason, output) is kept as it arrives and set when the stream ends, fails or
+/// is dropped, so a chunk costs a few comparisons.
 struct TracedChat {
     stream: ChatStream,
-    span: Span,
+    span: BoxedSpan,
     content: bool,
     /// The last content, when contents are recorded.
     output: Option<Vec<ContentBlock>>,
+    id: Option<String>,
     usage: Option<ChatUsage>,
     finish_reason: Option<String>,
-    id_recorded: bool,
-    /// The span's attributes are final (a drop before the stream's end is a cancel).
+    /// The span has ended (a drop before is a cancel).
     ended: bool,
 }
 
 impl TracedChat {
     fn observe(&mut self, response: &ChatResponse) {
-        if !self.id_recorded && !response.id.is_empty() {
-            self.span.record("gen_ai.response.id", response.id.as_str());
-            self.id_recorded = true;
+        if self.id.is_none() && !response.id.is_empty() {
+            self.id = Some(response.id.clone());
         }
         if response.usage.is_some() && self.usage != response.usage {
             self.usage.clone_from(&response.usage);
@@ -242,53 +320,65 @@ impl TracedChat {
         }
     }
 
-    /// Records what the stream gave, once.
-    fn end(&mut self) {
-        if std::mem::replace(&mut self.ended, true) {
-            return;
+    /// Sets what the stream gave.
+    fn record(&mut self) {
+        let mut attributes = Vec::with_capacity(6);
+        if let Some(id) = self.id.take() {
+            attributes.push(KeyValue::new("gen_ai.response.id", id));
         }
         if let Some(usage) = &self.usage {
-            record_usage(&self.span, usage);
+            attributes.extend(usage_attributes(usage));
         }
         if let Some(reason) = &self.finish_reason {
-            let reasons = serde_json::to_string(&[reason]).unwrap_or_default();
-            self.span
-                .record("gen_ai.response.finish_reasons", reasons.as_str());
+            attributes.push(KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                opentelemetry::Value::Array(Array::String(vec![StringValue::from(reason.clone())])),
+            ));
         }
+        self.span.set_attributes(attributes);
     }
 
     fn failed(&mut self, error: &ModelError) {
-        self.end();
-        self.span.record("error.type", model_error_type(error).as_str());
-        self.span.record("otel.status_code", "ERROR");
+        self.record();
         self.span
-            .record("otel.status_description", error.to_string().as_str());
+            .set_attribute(KeyValue::new("error.type", model_error_type(error)));
+        self.span.set_status(Status::error(error.to_string()));
+        self.end();
     }
 
     fn completed(&mut self) {
-        self.end();
+        self.record();
         if let Some(content) = self.output.take() {
             let mut message = message_json(Role::Assistant, &content);
             if let (Value::Object(map), Some(reason)) = (&mut message, &self.finish_reason) {
                 map.insert("finish_reason".into(), Value::String(reason.clone()));
             }
             let output = Value::Array(vec![message]).to_string();
-            self.span.record("gen_ai.output.messages", output.as_str());
+            self.span
+                .set_attribute(KeyValue::new("gen_ai.output.messages", output));
         }
+        self.end();
+    }
+
+    fn end(&mut self) {
+        self.ended = true;
+        self.span.end();
     }
 }
 
 impl Stream for TracedChat {
     type Item = Result<ChatResponse, ModelError>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         let item = this.stream.poll_next_unpin(cx);
-        match &item {
-            Poll::Ready(Some(Ok(response))) => this.observe(response),
-            Poll::Ready(Some(Err(error))) => this.failed(error),
-            Poll::Ready(None) => this.completed(),
-            Poll::Pending => {}
+        if !this.ended {
+            match &item {
+                Poll::Ready(Some(Ok(response))) => this.observe(response),
+                Poll::Ready(Some(Err(error))) => this.failed(error),
+                Poll::Ready(None) => this.completed(),
+                Poll::Pending => {}
+            }
         }
         item
     }
@@ -297,69 +387,104 @@ impl Stream for TracedChat {
 impl Drop for TracedChat {
     fn drop(&mut self) {
         if !self.ended {
+            self.record();
+            self.span.add_event(
+                "agentry.chat.cancelled",
+                vec![KeyValue::new("reason", "reply_cancelled")],
+            );
             self.end();
-            tracing::info!(target: TRACE_TARGET, parent: &self.span, reason = "reply_cancelled", "agentry.chat.cancelled");
         }
     }
 }
 
-/// The `execute_tool` span of one call, a child of `parent` (the reply's `invoke_agent`).
-pub(super) fn execute_tool(inner: &AgentInner, parent: &Span, call: &ToolUseBlock) -> Span {
-    let span = tracing::info_span!(
-        target: TRACE_TARGET,
-        parent: parent,
-        "execute_tool",
-        otel.name = %format_args!("execute_tool {}", call.name),
-        otel.kind = "internal",
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = call.name.as_str(),
-        gen_ai.tool.call.id = call.id.as_str(),
-        gen_ai.tool.type = "function",
-        gen_ai.tool.call.arguments = Empty,
-        gen_ai.tool.call.result = Empty,
-        error.type = Empty,
-        agentry.tool.state = Empty,
-        agentry.decision.source = Empty,
-    );
-    if !span.is_disabled() && inner.config.trace.content {
-        span.record("gen_ai.tool.call.arguments", call.input.to_string().as_str());
+/// The `execute_tool` span of one call, in the context the tool runs in (nothing when the
+/// agent does not trace).
+pub(super) struct ToolSpan(Option<Context>);
+
+impl ToolSpan {
+    /// `call` run in the span's context: spans the tool makes with the OpenTelemetry API are
+    /// its children.
+    pub(super) fn instrument<F: std::future::Future>(
+        &self,
+        call: F,
+    ) -> Either<opentelemetry::context::WithContext<F>, F> {
+        match &self.0 {
+            Some(cx) => Either::Left(call.with_context(cx.clone())),
+            None => Either::Right(call),
+        }
     }
-    span
 }
 
-/// Records how a call ended on its `execute_tool` span: its state, an event for a cancel, a
-/// decline or a timeout, the error of a failure, and its result when contents are recorded.
+/// `task` carrying the current OpenTelemetry context when it has a span, for a future about to
+/// be spawned: spans made in the task are then children of that span, as without the spawn.
+pub(crate) fn in_current_context<F: std::future::Future>(
+    task: F,
+) -> Either<opentelemetry::context::WithContext<F>, F> {
+    let cx = Context::current();
+    if cx.has_active_span() {
+        Either::Left(task.with_context(cx))
+    } else {
+        Either::Right(task)
+    }
+}
+
+/// The `execute_tool` span of one call, a child of the reply's `invoke_agent`.
+pub(super) fn execute_tool(inner: &AgentInner, reply: &ReplySpan, call: &ToolUseBlock) -> ToolSpan {
+    let Some(traced) = &reply.0 else {
+        return ToolSpan(None);
+    };
+    let mut attributes = Vec::with_capacity(5);
+    attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+    attributes.push(KeyValue::new("gen_ai.tool.name", call.name.clone()));
+    attributes.push(KeyValue::new("gen_ai.tool.call.id", call.id.as_str().to_owned()));
+    attributes.push(KeyValue::new("gen_ai.tool.type", "function"));
+    if inner.config.trace.content {
+        attributes.push(KeyValue::new(
+            "gen_ai.tool.call.arguments",
+            call.input.to_string(),
+        ));
+    }
+    let tracer = &traced.tracer.tracer;
+    let span = tracer
+        .span_builder(format!("execute_tool {}", call.name))
+        .with_kind(SpanKind::Internal)
+        .with_attributes(attributes)
+        .start_with_context(&**tracer, &traced.cx);
+    ToolSpan(Some(traced.cx.with_span(span)))
+}
+
+/// Ends a call's `execute_tool` span: its state, an event for a cancel, a decline or a
+/// timeout, the error of a failure, and its result when contents are recorded.
 pub(super) fn tool_finished(
     inner: &AgentInner,
-    span: &Span,
+    tool: &ToolSpan,
     state: &ToolCallState,
     decision: Option<DecisionSource>,
     timeout: Option<Duration>,
     result: &ToolResultBlock,
 ) {
-    if span.is_disabled() {
+    let Some(cx) = &tool.0 else {
         return;
-    }
-    span.record("agentry.tool.state", state.name());
+    };
+    let span = cx.span();
+    span.set_attribute(KeyValue::new("agentry.tool.state", state.name()));
     let source = decision.map(|d| plain_name(&d));
     if let Some(source) = &source {
-        span.record("agentry.decision.source", source.as_str());
+        span.set_attribute(KeyValue::new("agentry.decision.source", source.clone()));
     }
     match state {
         ToolCallState::Completed => {}
         ToolCallState::Failed => {
-            span.record("error.type", "tool_error");
-            span.record("otel.status_code", "ERROR");
+            span.set_attribute(KeyValue::new("error.type", "tool_error"));
+            span.set_status(Status::error(""));
         }
         ToolCallState::Declined { reason } => {
-            tracing::info!(
-                target: TRACE_TARGET,
-                parent: span,
-                reason = reason.as_deref().unwrap_or(""),
-                source = source.as_deref().unwrap_or(""),
-                "agentry.tool.declined"
+            span.add_event(
+                "agentry.tool.declined",
+                vec![
+                    KeyValue::new("reason", reason.clone().unwrap_or_default()),
+                    KeyValue::new("source", source.unwrap_or_default()),
+                ],
             );
         }
         ToolCallState::Cancelled {
@@ -367,52 +492,57 @@ pub(super) fn tool_finished(
             partial,
             reason,
         } => {
-            tracing::info!(
-                target: TRACE_TARGET,
-                parent: span,
-                reason = plain_name(reason).as_str(),
-                phase = plain_name(phase).as_str(),
-                partial = *partial,
-                "agentry.tool.cancelled"
+            span.add_event(
+                "agentry.tool.cancelled",
+                vec![
+                    KeyValue::new("reason", plain_name(reason)),
+                    KeyValue::new("phase", plain_name(phase)),
+                    KeyValue::new("partial", *partial),
+                ],
             );
         }
         ToolCallState::TimedOut { partial } => {
             let timeout_ms = timeout.map_or(0, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
-            tracing::info!(
-                target: TRACE_TARGET,
-                parent: span,
-                reason = "timeout",
-                timeout_ms,
-                partial = *partial,
-                "agentry.tool.timed_out"
+            span.add_event(
+                "agentry.tool.timed_out",
+                vec![
+                    KeyValue::new("reason", "timeout"),
+                    KeyValue::new("timeout_ms", timeout_ms),
+                    KeyValue::new("partial", *partial),
+                ],
             );
-            span.record("error.type", "timeout");
-            span.record("otel.status_code", "ERROR");
+            span.set_attribute(KeyValue::new("error.type", "timeout"));
+            span.set_status(Status::error(""));
         }
     }
     if inner.config.trace.content {
-        span.record("gen_ai.tool.call.result", result.text().as_str());
+        span.set_attribute(KeyValue::new("gen_ai.tool.call.result", result.text()));
     }
+    span.end();
 }
 
-fn record_usage(span: &Span, usage: &ChatUsage) {
-    span.record("gen_ai.usage.input_tokens", int(usage.input_tokens));
-    span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
+/// `gen_ai.usage.*`: input and output always, cached counts when there are some.
+fn usage_attributes(usage: &ChatUsage) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("gen_ai.usage.input_tokens", int(usage.input_tokens)),
+        KeyValue::new("gen_ai.usage.output_tokens", int(usage.output_tokens)),
+    ];
     if usage.cache_read_tokens > 0 {
-        span.record(
+        attributes.push(KeyValue::new(
             "gen_ai.usage.cache_read.input_tokens",
             int(usage.cache_read_tokens),
-        );
+        ));
     }
     if usage.cache_write_tokens > 0 {
-        span.record(
+        attributes.push(KeyValue::new(
             "gen_ai.usage.cache_creation.input_tokens",
             int(usage.cache_write_tokens),
-        );
+        ));
     }
+    attributes
 }
 
-/// A count as OpenTelemetry's integer (`tracing-opentelemetry` turns a `u64` into a string).
+/// A count as OpenTelemetry's integer.
 fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }

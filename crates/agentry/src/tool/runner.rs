@@ -34,8 +34,11 @@ pub(super) fn run_tool(
     // Only a postprocess function needs the call after this point.
     let call = entry.postprocess.as_ref().map(|_| call.clone());
     let name = entry.name.clone();
-    // In the caller's span (the call's `execute_tool`): what the body traces is its child.
-    tokio::spawn(drive(entry, call, args, ctx, tx).in_current_span());
+    // In the caller's span and OpenTelemetry context (the call's `execute_tool`): what the body
+    // traces is its child.
+    tokio::spawn(crate::agent::trace::in_current_context(
+        drive(entry, call, args, ctx, tx).in_current_span(),
+    ));
     stream::unfold((rx, false), move |(mut rx, finished)| {
         let name = name.clone();
         async move {
