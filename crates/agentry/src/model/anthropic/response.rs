@@ -1,6 +1,7 @@
 //! Response decoding: whole messages, and the streamed events (`message_start`,
 //! `content_block_start/delta/stop`, `message_delta`, `message_stop`, `ping`, `error`).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -89,33 +90,67 @@ pub(super) fn error_body_text(body: &str) -> String {
     }
 }
 
+/// A content block. Decoded through [`FlatBlock`]: serde reads an internally tagged enum into
+/// a tree of its own first, to find the tag, which costs more than the block itself.
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(from = "FlatBlock")]
 enum WireBlock {
     Text {
-        #[serde(default)]
         text: String,
     },
     Thinking {
-        #[serde(default)]
         thinking: String,
-        #[serde(default)]
         signature: Option<String>,
     },
     RedactedThinking {
-        #[serde(default)]
         data: String,
     },
     ToolUse {
-        #[serde(default)]
         id: String,
-        #[serde(default)]
         name: String,
-        #[serde(default)]
         input: Option<Value>,
     },
-    #[serde(other)]
     Other,
+}
+
+/// Every field a block of any type may have.
+#[derive(Deserialize)]
+struct FlatBlock {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    thinking: String,
+    #[serde(default)]
+    signature: Option<String>,
+    #[serde(default)]
+    data: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+impl From<FlatBlock> for WireBlock {
+    fn from(block: FlatBlock) -> Self {
+        match block.kind.as_str() {
+            "text" => WireBlock::Text { text: block.text },
+            "thinking" => WireBlock::Thinking {
+                thinking: block.thinking,
+                signature: block.signature,
+            },
+            "redacted_thinking" => WireBlock::RedactedThinking { data: block.data },
+            "tool_use" => WireBlock::ToolUse {
+                id: block.id,
+                name: block.name,
+                input: block.input,
+            },
+            _ => WireBlock::Other,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,8 +205,9 @@ pub(super) fn decode_message(body: &[u8], time: Duration) -> Result<ChatResponse
 // ---------------------------------------------------------------------------------------------
 // Streamed messages
 
+/// A stream event. Decoded through [`FlatEvent`], for the reason given at [`WireBlock`].
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(try_from = "FlatEvent")]
 enum Event {
     MessageStart {
         message: StartedMessage,
@@ -184,20 +220,109 @@ enum Event {
         index: u32,
         delta: Delta,
     },
-    ContentBlockStop {},
+    ContentBlockStop,
     MessageDelta {
-        #[serde(default)]
-        delta: MessageDeltaBody,
-        #[serde(default)]
+        stop_reason: Option<String>,
         usage: Option<WireUsage>,
     },
-    MessageStop {},
-    Ping {},
+    MessageStop,
+    Ping,
     Error {
         error: WireError,
     },
-    #[serde(other)]
     Other,
+}
+
+/// Every field an event of any type may have.
+#[derive(Deserialize)]
+struct FlatEvent {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    message: Option<StartedMessage>,
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    content_block: Option<WireBlock>,
+    #[serde(default)]
+    delta: Option<FlatEventDelta>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<WireError>,
+}
+
+/// The `delta` of a `content_block_delta` (typed) or of a `message_delta` (a stop reason).
+#[derive(Deserialize)]
+struct FlatEventDelta {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    thinking: Option<String>,
+    #[serde(default)]
+    signature: Option<String>,
+    #[serde(default)]
+    partial_json: Option<String>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+impl TryFrom<FlatEvent> for Event {
+    type Error = String;
+
+    fn try_from(event: FlatEvent) -> Result<Self, String> {
+        let missing = |field: &str| format!("a {} event without `{field}`", event.kind);
+        Ok(match event.kind.as_str() {
+            "message_start" => Event::MessageStart {
+                message: event.message.ok_or_else(|| missing("message"))?,
+            },
+            "content_block_start" => Event::ContentBlockStart {
+                index: event.index.ok_or_else(|| missing("index"))?,
+                content_block: event.content_block.ok_or_else(|| missing("content_block"))?,
+            },
+            "content_block_delta" => {
+                let index = event.index.ok_or_else(|| missing("index"))?;
+                let delta = event.delta.ok_or_else(|| missing("delta"))?;
+                let FlatEventDelta {
+                    kind,
+                    text,
+                    thinking,
+                    signature,
+                    partial_json,
+                    ..
+                } = delta;
+                let delta = match kind.as_str() {
+                    "text_delta" => Delta::Text {
+                        text: text.ok_or_else(|| missing("delta.text"))?,
+                    },
+                    "thinking_delta" => Delta::Thinking {
+                        thinking: thinking.ok_or_else(|| missing("delta.thinking"))?,
+                    },
+                    "signature_delta" => Delta::Signature {
+                        signature: signature.ok_or_else(|| missing("delta.signature"))?,
+                    },
+                    "input_json_delta" => Delta::InputJson {
+                        partial_json: partial_json.ok_or_else(|| missing("delta.partial_json"))?,
+                    },
+                    _ => Delta::Other,
+                };
+                Event::ContentBlockDelta { index, delta }
+            }
+            "content_block_stop" => Event::ContentBlockStop,
+            "message_delta" => Event::MessageDelta {
+                stop_reason: event.delta.and_then(|d| d.stop_reason),
+                usage: event.usage,
+            },
+            "message_stop" => Event::MessageStop,
+            "ping" => Event::Ping,
+            "error" => Event::Error {
+                error: event.error.ok_or_else(|| missing("error"))?,
+            },
+            _ => Event::Other,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -208,24 +333,11 @@ struct StartedMessage {
     usage: Option<WireUsage>,
 }
 
-#[derive(Deserialize, Default)]
-struct MessageDeltaBody {
-    #[serde(default)]
-    stop_reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
 enum Delta {
-    #[serde(rename = "text_delta")]
     Text { text: String },
-    #[serde(rename = "thinking_delta")]
     Thinking { thinking: String },
-    #[serde(rename = "signature_delta")]
     Signature { signature: String },
-    #[serde(rename = "input_json_delta")]
     InputJson { partial_json: String },
-    #[serde(other)]
     Other,
 }
 
@@ -298,8 +410,8 @@ impl Accumulator {
                 }),
                 Delta::Other => false,
             },
-            Event::MessageDelta { delta, usage } => {
-                if let Some(reason) = delta.stop_reason {
+            Event::MessageDelta { stop_reason, usage } => {
+                if let Some(reason) = stop_reason {
                     self.stop_reason_seen = true;
                     self.acc.set_finish_reason(reason);
                 }
@@ -308,9 +420,9 @@ impl Accumulator {
                 }
                 false
             }
-            Event::MessageStop {} => return Ok(Absorbed::Complete),
+            Event::MessageStop => return Ok(Absorbed::Complete),
             Event::Error { error } => return Err(error.into_error()),
-            Event::ContentBlockStop {} | Event::Ping {} | Event::Other => false,
+            Event::ContentBlockStop | Event::Ping | Event::Other => false,
         };
         Ok(if changed {
             Absorbed::Changed
@@ -320,8 +432,78 @@ impl Accumulator {
     }
 }
 
+/// A `content_block_delta` event, the most frequent by far, decoded without the tagged enums'
+/// buffering (serde reads a tagged enum into a tree first to find its tag) and with the text
+/// borrowed from the event when it has no escapes.
+#[derive(Deserialize)]
+struct BlockDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    index: u32,
+    #[serde(borrow)]
+    delta: FlatDelta<'a>,
+}
+
+#[derive(Deserialize)]
+struct FlatDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
+}
+
+impl Accumulator {
+    /// Takes a `content_block_delta` event; `None` when the data is not one after all (the
+    /// SSE event name said so, the data decides).
+    fn absorb_delta(&mut self, data: &str) -> Option<Absorbed> {
+        let event: BlockDelta = serde_json::from_str(data).ok()?;
+        if event.kind != "content_block_delta" {
+            return None;
+        }
+        let FlatDelta {
+            kind,
+            text,
+            thinking,
+            signature,
+            partial_json,
+        } = event.delta;
+        let changed = match (kind.as_ref(), text, thinking, signature, partial_json) {
+            ("text_delta", Some(text), ..) => self.acc.push_text(&text),
+            ("thinking_delta", _, Some(thinking), ..) => self.acc.push_thinking(&thinking),
+            ("signature_delta", _, _, Some(signature), _) => {
+                self.acc.push_thinking_signature(&signature);
+                false
+            }
+            ("input_json_delta", .., Some(json)) => self.acc.push_call(CallDelta {
+                index: Some(event.index),
+                arguments: Some(json.into_owned()),
+                ..CallDelta::default()
+            }),
+            // A delta of a kind this version does not know, or without its field: the tagged
+            // decoding says which.
+            _ => return None,
+        };
+        Some(if changed {
+            Absorbed::Changed
+        } else {
+            Absorbed::Unchanged
+        })
+    }
+}
+
 impl StreamAccumulator for Accumulator {
-    fn absorb(&mut self, _event: &str, data: &str) -> Result<Absorbed, ModelError> {
+    fn absorb(&mut self, event: &str, data: &str) -> Result<Absorbed, ModelError> {
+        if event == "content_block_delta"
+            && let Some(absorbed) = self.absorb_delta(data)
+        {
+            return Ok(absorbed);
+        }
         // The data names its own type; the SSE event name repeats it.
         let event = Accumulator::parse(data)?;
         self.absorb_event(event)
@@ -371,6 +553,39 @@ impl StreamAccumulator for Accumulator {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_event_without_its_fields_is_a_decode_error_and_an_unknown_one_is_ignored() {
+        for (name, data) in [
+            (
+                "",
+                r#"{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta"}}"#,
+            ),
+            (
+                "",
+                r#"{"type": "content_block_start", "content_block": {"type": "text", "text": ""}}"#,
+            ),
+            ("", r#"{"type": "message_start"}"#),
+            ("", r#"{"type": "error"}"#),
+        ] {
+            let mut acc = Accumulator::default();
+            assert!(
+                matches!(acc.absorb(name, data), Err(ModelError::Decode { .. })),
+                "{data}"
+            );
+        }
+        let mut acc = Accumulator::default();
+        for data in [
+            r#"{"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": {}}}"#,
+            r#"{"type": "some_future_event", "x": 1}"#,
+        ] {
+            assert!(matches!(acc.absorb("", data), Ok(Absorbed::Unchanged)), "{data}");
+        }
+    }
 
     fn feed(acc: &mut Accumulator, event: Value) -> Absorbed {
         acc.absorb("", &event.to_string()).unwrap()
