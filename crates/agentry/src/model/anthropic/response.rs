@@ -205,47 +205,21 @@ pub(super) fn decode_message(body: &[u8], time: Duration) -> Result<ChatResponse
 // ---------------------------------------------------------------------------------------------
 // Streamed messages
 
-/// A stream event. Decoded through [`FlatEvent`], for the reason given at [`WireBlock`].
+/// A stream event: every field an event of any type may have, read as a plain struct (serde
+/// would read an internally tagged enum into a tree first, for the reason given at
+/// [`WireBlock`]), with the deltas' text borrowed from the event when it has no escapes.
 #[derive(Deserialize)]
-#[serde(try_from = "FlatEvent")]
-enum Event {
-    MessageStart {
-        message: StartedMessage,
-    },
-    ContentBlockStart {
-        index: u32,
-        content_block: WireBlock,
-    },
-    ContentBlockDelta {
-        index: u32,
-        delta: Delta,
-    },
-    ContentBlockStop,
-    MessageDelta {
-        stop_reason: Option<String>,
-        usage: Option<WireUsage>,
-    },
-    MessageStop,
-    Ping,
-    Error {
-        error: WireError,
-    },
-    Other,
-}
-
-/// Every field an event of any type may have.
-#[derive(Deserialize)]
-struct FlatEvent {
-    #[serde(rename = "type", default)]
-    kind: String,
+struct Event<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Cow<'a, str>,
     #[serde(default)]
     message: Option<StartedMessage>,
     #[serde(default)]
     index: Option<u32>,
     #[serde(default)]
     content_block: Option<WireBlock>,
-    #[serde(default)]
-    delta: Option<FlatEventDelta>,
+    #[serde(default, borrow)]
+    delta: Option<EventDelta<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -254,75 +228,19 @@ struct FlatEvent {
 
 /// The `delta` of a `content_block_delta` (typed) or of a `message_delta` (a stop reason).
 #[derive(Deserialize)]
-struct FlatEventDelta {
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    thinking: Option<String>,
-    #[serde(default)]
-    signature: Option<String>,
-    #[serde(default)]
-    partial_json: Option<String>,
+struct EventDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
     #[serde(default)]
     stop_reason: Option<String>,
-}
-
-impl TryFrom<FlatEvent> for Event {
-    type Error = String;
-
-    fn try_from(event: FlatEvent) -> Result<Self, String> {
-        let missing = |field: &str| format!("a {} event without `{field}`", event.kind);
-        Ok(match event.kind.as_str() {
-            "message_start" => Event::MessageStart {
-                message: event.message.ok_or_else(|| missing("message"))?,
-            },
-            "content_block_start" => Event::ContentBlockStart {
-                index: event.index.ok_or_else(|| missing("index"))?,
-                content_block: event.content_block.ok_or_else(|| missing("content_block"))?,
-            },
-            "content_block_delta" => {
-                let index = event.index.ok_or_else(|| missing("index"))?;
-                let delta = event.delta.ok_or_else(|| missing("delta"))?;
-                let FlatEventDelta {
-                    kind,
-                    text,
-                    thinking,
-                    signature,
-                    partial_json,
-                    ..
-                } = delta;
-                let delta = match kind.as_str() {
-                    "text_delta" => Delta::Text {
-                        text: text.ok_or_else(|| missing("delta.text"))?,
-                    },
-                    "thinking_delta" => Delta::Thinking {
-                        thinking: thinking.ok_or_else(|| missing("delta.thinking"))?,
-                    },
-                    "signature_delta" => Delta::Signature {
-                        signature: signature.ok_or_else(|| missing("delta.signature"))?,
-                    },
-                    "input_json_delta" => Delta::InputJson {
-                        partial_json: partial_json.ok_or_else(|| missing("delta.partial_json"))?,
-                    },
-                    _ => Delta::Other,
-                };
-                Event::ContentBlockDelta { index, delta }
-            }
-            "content_block_stop" => Event::ContentBlockStop,
-            "message_delta" => Event::MessageDelta {
-                stop_reason: event.delta.and_then(|d| d.stop_reason),
-                usage: event.usage,
-            },
-            "message_stop" => Event::MessageStop,
-            "ping" => Event::Ping,
-            "error" => Event::Error {
-                error: event.error.ok_or_else(|| missing("error"))?,
-            },
-            _ => Event::Other,
-        })
-    }
 }
 
 #[derive(Deserialize)]
@@ -331,14 +249,6 @@ struct StartedMessage {
     id: String,
     #[serde(default)]
     usage: Option<WireUsage>,
-}
-
-enum Delta {
-    Text { text: String },
-    Thinking { thinking: String },
-    Signature { signature: String },
-    InputJson { partial_json: String },
-    Other,
 }
 
 /// Turns the events of one streamed message into cumulative responses, through the
@@ -352,16 +262,23 @@ pub(super) struct Accumulator {
 }
 
 impl Accumulator {
-    fn parse(data: &str) -> Result<Event, ModelError> {
+    fn parse(data: &str) -> Result<Event<'_>, ModelError> {
         serde_json::from_str(data).map_err(|e| ModelError::Decode {
             reason: format!("invalid JSON in a stream event: {e}"),
             excerpt: excerpt(data, EXCERPT),
         })
     }
 
-    fn absorb_event(&mut self, event: Event) -> Result<Absorbed, ModelError> {
-        let changed = match event {
-            Event::MessageStart { message } => {
+    /// Takes one event (`data` is its text, for errors).
+    fn absorb_event(&mut self, event: Event<'_>, data: &str) -> Result<Absorbed, ModelError> {
+        let kind = event.kind.as_ref();
+        let missing = |field: &str| ModelError::Decode {
+            reason: format!("invalid stream event: a {kind} event without `{field}`"),
+            excerpt: excerpt(data, EXCERPT),
+        };
+        let changed = match kind {
+            "message_start" => {
+                let message = event.message.ok_or_else(|| missing("message"))?;
                 self.started = true;
                 self.acc.set_id(message.id);
                 if let Some(usage) = message.usage {
@@ -369,60 +286,78 @@ impl Accumulator {
                 }
                 false
             }
-            Event::ContentBlockStart { index, content_block } => match content_block {
-                WireBlock::Text { text } => self.acc.push_text(&text),
-                WireBlock::Thinking { thinking, signature } => {
-                    self.acc.start_thinking();
-                    if let Some(signature) = signature {
-                        self.acc.push_thinking_signature(&signature);
+            "content_block_start" => {
+                let index = event.index.ok_or_else(|| missing("index"))?;
+                match event.content_block.ok_or_else(|| missing("content_block"))? {
+                    WireBlock::Text { text } => self.acc.push_text(&text),
+                    WireBlock::Thinking { thinking, signature } => {
+                        self.acc.start_thinking();
+                        if let Some(signature) = signature {
+                            self.acc.push_thinking_signature(&signature);
+                        }
+                        self.acc.push_thinking(&thinking)
                     }
-                    self.acc.push_thinking(&thinking)
+                    WireBlock::RedactedThinking { data } => {
+                        self.acc.push_redacted_thinking(data);
+                        true
+                    }
+                    WireBlock::ToolUse { id, name, input } => {
+                        // The start carries `input: {}`; the arguments follow as JSON pieces.
+                        let arguments = input
+                            .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+                            .map(|v| v.to_string());
+                        self.acc.push_call(CallDelta {
+                            index: Some(index),
+                            id: Some(id),
+                            name: Some(name),
+                            arguments,
+                        })
+                    }
+                    WireBlock::Other => false,
                 }
-                WireBlock::RedactedThinking { data } => {
-                    self.acc.push_redacted_thinking(data);
-                    true
+            }
+            "content_block_delta" => {
+                let index = event.index.ok_or_else(|| missing("index"))?;
+                let delta = event.delta.ok_or_else(|| missing("delta"))?;
+                match delta.kind.as_ref() {
+                    "text_delta" => {
+                        let text = delta.text.ok_or_else(|| missing("delta.text"))?;
+                        self.acc.push_text(&text)
+                    }
+                    "thinking_delta" => {
+                        let thinking = delta.thinking.ok_or_else(|| missing("delta.thinking"))?;
+                        self.acc.push_thinking(&thinking)
+                    }
+                    "signature_delta" => {
+                        let signature = delta.signature.ok_or_else(|| missing("delta.signature"))?;
+                        self.acc.push_thinking_signature(&signature);
+                        false
+                    }
+                    "input_json_delta" => {
+                        let json = delta.partial_json.ok_or_else(|| missing("delta.partial_json"))?;
+                        self.acc.push_call(CallDelta {
+                            index: Some(index),
+                            arguments: Some(json.into_owned()),
+                            ..CallDelta::default()
+                        })
+                    }
+                    _ => false,
                 }
-                WireBlock::ToolUse { id, name, input } => {
-                    // The start carries `input: {}`; the arguments follow as JSON pieces.
-                    let arguments = input
-                        .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
-                        .map(|v| v.to_string());
-                    self.acc.push_call(CallDelta {
-                        index: Some(index),
-                        id: Some(id),
-                        name: Some(name),
-                        arguments,
-                    })
-                }
-                WireBlock::Other => false,
-            },
-            Event::ContentBlockDelta { index, delta } => match delta {
-                Delta::Text { text } => self.acc.push_text(&text),
-                Delta::Thinking { thinking } => self.acc.push_thinking(&thinking),
-                Delta::Signature { signature } => {
-                    self.acc.push_thinking_signature(&signature);
-                    false
-                }
-                Delta::InputJson { partial_json } => self.acc.push_call(CallDelta {
-                    index: Some(index),
-                    arguments: Some(partial_json),
-                    ..CallDelta::default()
-                }),
-                Delta::Other => false,
-            },
-            Event::MessageDelta { stop_reason, usage } => {
-                if let Some(reason) = stop_reason {
+            }
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
                     self.stop_reason_seen = true;
                     self.acc.set_finish_reason(reason);
                 }
-                if let Some(usage) = usage {
+                if let Some(usage) = event.usage {
                     self.usage.update(usage);
                 }
                 false
             }
-            Event::MessageStop => return Ok(Absorbed::Complete),
-            Event::Error { error } => return Err(error.into_error()),
-            Event::ContentBlockStop | Event::Ping | Event::Other => false,
+            "message_stop" => return Ok(Absorbed::Complete),
+            "error" => return Err(event.error.ok_or_else(|| missing("error"))?.into_error()),
+            // `content_block_stop`, `ping`, and types this version does not know.
+            _ => false,
         };
         Ok(if changed {
             Absorbed::Changed
@@ -432,81 +367,11 @@ impl Accumulator {
     }
 }
 
-/// A `content_block_delta` event, the most frequent by far, decoded without the tagged enums'
-/// buffering (serde reads a tagged enum into a tree first to find its tag) and with the text
-/// borrowed from the event when it has no escapes.
-#[derive(Deserialize)]
-struct BlockDelta<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    index: u32,
-    #[serde(borrow)]
-    delta: FlatDelta<'a>,
-}
-
-#[derive(Deserialize)]
-struct FlatDelta<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    thinking: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    signature: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    partial_json: Option<Cow<'a, str>>,
-}
-
-impl Accumulator {
-    /// Takes a `content_block_delta` event; `None` when the data is not one after all (the
-    /// SSE event name said so, the data decides).
-    fn absorb_delta(&mut self, data: &str) -> Option<Absorbed> {
-        let event: BlockDelta = serde_json::from_str(data).ok()?;
-        if event.kind != "content_block_delta" {
-            return None;
-        }
-        let FlatDelta {
-            kind,
-            text,
-            thinking,
-            signature,
-            partial_json,
-        } = event.delta;
-        let changed = match (kind.as_ref(), text, thinking, signature, partial_json) {
-            ("text_delta", Some(text), ..) => self.acc.push_text(&text),
-            ("thinking_delta", _, Some(thinking), ..) => self.acc.push_thinking(&thinking),
-            ("signature_delta", _, _, Some(signature), _) => {
-                self.acc.push_thinking_signature(&signature);
-                false
-            }
-            ("input_json_delta", .., Some(json)) => self.acc.push_call(CallDelta {
-                index: Some(event.index),
-                arguments: Some(json.into_owned()),
-                ..CallDelta::default()
-            }),
-            // A delta of a kind this version does not know, or without its field: the tagged
-            // decoding says which.
-            _ => return None,
-        };
-        Some(if changed {
-            Absorbed::Changed
-        } else {
-            Absorbed::Unchanged
-        })
-    }
-}
-
 impl StreamAccumulator for Accumulator {
-    fn absorb(&mut self, event: &str, data: &str) -> Result<Absorbed, ModelError> {
-        if event == "content_block_delta"
-            && let Some(absorbed) = self.absorb_delta(data)
-        {
-            return Ok(absorbed);
-        }
+    fn absorb(&mut self, _event: &str, data: &str) -> Result<Absorbed, ModelError> {
         // The data names its own type; the SSE event name repeats it.
         let event = Accumulator::parse(data)?;
-        self.absorb_event(event)
+        self.absorb_event(event, data)
     }
 
     fn snapshot(&mut self) -> ChatResponse {
@@ -539,7 +404,11 @@ impl StreamAccumulator for Accumulator {
             return None;
         }
         match Accumulator::parse(data) {
-            Ok(Event::Error { error }) => Some(error.into_error()),
+            Ok(Event {
+                kind,
+                error: Some(error),
+                ..
+            }) if kind == "error" => Some(error.into_error()),
             _ => None,
         }
     }
