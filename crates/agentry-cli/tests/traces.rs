@@ -62,7 +62,7 @@ async fn run_exports_its_spans_when_an_otlp_endpoint_is_set() {
     assert_eq!(tool.str("gen_ai.tool.call.id"), Some("c1"));
     assert_eq!(agent.str("gen_ai.provider.name"), Some("openai"));
     assert_eq!(agent.service_name.as_deref(), Some("agentry-test"));
-    // Only the GenAI spans: the log's own spans stay out of the export.
+    // Only the GenAI spans are exported.
     assert!(
         spans.iter().all(|s| s.str("gen_ai.operation.name").is_some()),
         "{names:?}"
