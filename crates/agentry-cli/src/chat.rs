@@ -11,13 +11,13 @@ use crate::input::{History, Prompted};
 use crate::run::{AgentArgs, EXIT_INTERRUPTED, EXIT_TERMINATED, Setup, agent_or_exit, report_error};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal, received};
-use crate::sessions::{after_reply, resume_waiting_calls};
+use crate::sessions::resume_waiting_calls;
 use agentry_store::SessionMemory;
 
-/// One reply, its token use added to this chat's and to the session's ledger.
-async fn drive_recorded(
+/// One reply, its token use added to this chat's (the session's ledger is kept by the
+/// session's hook).
+async fn drive_counted(
     agent: &ReActAgent,
-    session: Option<&SessionMemory>,
     terminal: &mut Terminal,
     prompt: &str,
     used: &mut ChatUsage,
@@ -26,7 +26,6 @@ async fn drive_recorded(
     if let Some((_, usage)) = &terminal.last_usage {
         used.add(usage);
     }
-    after_reply(session, agent, terminal).await;
     outcome
 }
 
@@ -202,7 +201,7 @@ async fn converse(agent: &ReActAgent, session: Option<&SessionMemory>, terminal:
             "" => continue,
             "/exit" | "/quit" => return ExitCode::SUCCESS,
             command if command.starts_with('/') => run_command(command, agent, session, &used).await,
-            prompt => match drive_recorded(agent, session, terminal, prompt, &mut used).await {
+            prompt => match drive_counted(agent, terminal, prompt, &mut used).await {
                 Outcome::Quit => return ExitCode::from(EXIT_INTERRUPTED),
                 Outcome::Terminated => return ExitCode::from(EXIT_TERMINATED),
                 Outcome::Finished { result: Err(e), .. } => report_error(&e),

@@ -280,6 +280,21 @@ pub struct ConfigFile {
     pub tools_dirs: Vec<PathBuf>,
     /// Script tools whose manifest asks for the network may use it (`--allow-script-network`).
     pub allow_script_network: Option<bool>,
+    /// Calls run or declined without asking (`--allow`, `--deny`).
+    #[serde(default)]
+    pub permissions: PermissionsConfig,
+}
+
+/// `"permissions": {"allow": ["write_file:notes/**"], "deny": ["read_file:.env"]}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionsConfig {
+    /// Rules `TOOL[:PATTERN]` whose calls run without asking.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Rules `TOOL[:PATTERN]` whose calls are declined without asking; deny wins.
+    #[serde(default)]
+    pub deny: Vec<String>,
 }
 
 /// Whether the tool shim is on: `--no-tool-shim` turns it off, else the file's `tool_shim`.

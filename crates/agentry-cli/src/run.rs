@@ -9,7 +9,7 @@ use agentry::message::Msg;
 use agentry::model::{
     AnthropicChatModel, ChatModel, ModelError, OpenAiChatModel, RecordingModel, ReplayModel, TimeoutLimit,
 };
-use agentry::tool::Toolkit;
+use agentry::tool::{PermissionRules, RuleEffect, Toolkit};
 use anyhow::Context;
 use clap::Args;
 
@@ -18,8 +18,8 @@ use crate::config::{ConfigFile, ModelArgs, ProviderConfig, load_config_file, pro
 use crate::mcp::{McpServers, load_mcp_servers};
 use crate::sanitize;
 use crate::session::{Outcome, Terminal};
-use crate::sessions::{StoreArgs, after_reply, open_session, resume_waiting_calls};
-use agentry_store::{CallRecorder, PendingApprovals, SessionMemory};
+use crate::sessions::{StoreArgs, open_session, resume_waiting_calls};
+use agentry_store::{PendingApprovals, SessionMemory};
 
 /// Exit code for a configuration problem (the same as clap's usage errors).
 pub const EXIT_CONFIG: u8 = 2;
@@ -86,6 +86,14 @@ pub struct AgentArgs {
     /// in the config's "prices" (config: max_cost_per_reply)
     #[arg(long, value_name = "USD")]
     pub max_cost_per_reply: Option<f64>,
+    /// Run calls of TOOL without asking, when PATTERN (a glob over the tool's path, or
+    /// ARG=GLOB) matches; repeatable; also "permissions": {"allow": [...]} in the config
+    #[arg(long = "allow", value_name = "TOOL[:PATTERN]")]
+    pub allow: Vec<String>,
+    /// Decline calls of TOOL without asking, when PATTERN matches; deny wins over every allow;
+    /// repeatable; also "permissions": {"deny": [...]} in the config
+    #[arg(long = "deny", value_name = "TOOL[:PATTERN]")]
+    pub deny: Vec<String>,
     /// Continue the conversation kept under this name, or start it: every message and tool
     /// call is stored (see `agentry sessions`) and survives a crash
     #[arg(long, value_name = "NAME")]
@@ -284,32 +292,24 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
         local,
         toolkit: _,
     } = recipe(args, file).await?;
-    let mut builder = builder();
-    if let Some(memory) = &session {
-        builder = builder
-            .memory(Arc::clone(memory))
-            .conversation_id(memory.session().id.as_str())
-            .hook("session-calls", CallRecorder::new(Arc::clone(memory)));
-    }
-    match builder.build() {
-        Ok(agent) => {
-            // The "always" and "never" answers given earlier in this session (A14).
-            if let Some(memory) = &session
-                && let Err(e) = agentry_store::restore_grants(&agent, memory).await
-            {
-                mcp.close().await;
-                return Err(e.into());
-            }
-            Ok(Setup {
-                agent,
-                mcp,
-                local,
-                session,
-            })
-        }
+    let built = match &session {
+        Some(memory) => memory
+            .attach(builder())
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|builder| Ok(builder.build()?)),
+        None => builder().build().map_err(anyhow::Error::from),
+    };
+    match built {
+        Ok(agent) => Ok(Setup {
+            agent,
+            mcp,
+            local,
+            session,
+        }),
         Err(e) => {
             mcp.close().await;
-            Err(e.into())
+            Err(e)
         }
     }
 }
@@ -329,6 +329,8 @@ pub struct Recipe {
 
 /// Loads the model, starts the MCP servers and registers the tools `args` name.
 pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe> {
+    // Before anything loads or starts: a bad rule stops the command without side effects.
+    let permissions = permission_rules(args, &file)?;
     let (model, local) = build_model_with_figures(provider_config(&args.model, &file)?).await?;
     let workdir = args
         .workdir
@@ -369,6 +371,10 @@ pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe
             sanitize::line(model.model_name())
         );
     }
+    if let Err(e) = check_permission_rules(&permissions, &toolkit) {
+        mcp.close().await;
+        return Err(e);
+    }
     let prices = file.prices.clone();
     let parallel = args.parallel;
     let tools = toolkit.clone();
@@ -383,6 +389,7 @@ pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe
             .max_iters(max_iters)
             .parallel_tool_calls(parallel)
             .tool_shim(shim)
+            .permissions(permissions.clone())
     };
     Ok(Recipe {
         builder: Box::new(builder),
@@ -390,6 +397,52 @@ pub async fn recipe(args: &AgentArgs, file: ConfigFile) -> anyhow::Result<Recipe
         mcp,
         local,
     })
+}
+
+/// The permission rules of the flags and the config file.
+fn permission_rules(args: &AgentArgs, file: &ConfigFile) -> anyhow::Result<PermissionRules> {
+    let mut rules = PermissionRules::new();
+    for rule in args.allow.iter().chain(&file.permissions.allow) {
+        rules = rules.allow(rule)?;
+    }
+    for rule in args.deny.iter().chain(&file.permissions.deny) {
+        rules = rules.deny(rule)?;
+    }
+    Ok(rules)
+}
+
+/// Checks `rules` against the tools: a deny rule whose pattern can never match a tool it names
+/// (the tool names no argument for patterns) is refused, as it would look like protection and
+/// be none; rules that name no tool, or allow nothing, are warned about.
+fn check_permission_rules(rules: &PermissionRules, toolkit: &Toolkit) -> anyhow::Result<()> {
+    let tools = toolkit.tool_names();
+    for rule in rules.rules() {
+        let named: Vec<&String> = tools.iter().filter(|t| rule.names_tool(t)).collect();
+        if named.is_empty() {
+            eprintln!(
+                "warning: the permission rule {} names no tool agentry has",
+                sanitize::line(&rule.to_string())
+            );
+        }
+        let blind: Vec<&str> = named
+            .iter()
+            .filter(|t| rule.needs_subject() && toolkit.policy(t).rule_subject.is_none())
+            .map(|t| t.as_str())
+            .collect();
+        if blind.is_empty() {
+            continue;
+        }
+        let why = format!(
+            "the permission rule {} has a pattern, but {} names no argument for it: write TOOL:ARG=GLOB",
+            sanitize::line(&rule.to_string()),
+            sanitize::line(&blind.join(", "))
+        );
+        match rule.effect() {
+            RuleEffect::Deny => anyhow::bail!(why),
+            RuleEffect::Allow => eprintln!("warning: {why}"),
+        }
+    }
+    Ok(())
 }
 
 /// Builds the agent, or says what is wrong (exit code 2).
@@ -438,11 +491,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Some(outcome @ (Outcome::Quit | Outcome::Terminated | Outcome::Finished { result: Err(_), .. })) => {
             outcome
         }
-        _ => {
-            let outcome = terminal.drive(agent.start_reply(Msg::user(args.prompt))).await;
-            after_reply(session.as_deref(), &agent, &mut terminal).await;
-            outcome
-        }
+        _ => terminal.drive(agent.start_reply(Msg::user(args.prompt))).await,
     };
     mcp.close().await;
     if args.agent.verbose {

@@ -28,6 +28,14 @@ pub struct ServeArgs {
     /// [env: AGENTRY_SERVER_TOKEN]
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Without a token, also answer requests addressed to this host name (or `name:port`);
+    /// loopback names always are, others are refused against DNS rebinding (repeatable)
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// Without a token, also accept changes sent by web pages of this origin
+    /// (`http://name:port`); the server's own page always may (repeatable)
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
 }
 
 fn security(args: &ServeArgs) -> anyhow::Result<Security> {
@@ -90,7 +98,13 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
         mcp,
         local: _,
     } = recipe(&args.agent, file).await?;
-    let server = Server::new(store, toolkit, Arc::from(builder));
+    let mut server = Server::new(store, toolkit, Arc::from(builder));
+    for host in &args.allowed_hosts {
+        server = server.allow_host(host);
+    }
+    for origin in &args.allowed_origins {
+        server = server.allow_origin(origin);
+    }
     let addr = listener.local_addr()?;
     eprintln!("agentry serve: listening on http://{addr} (Ctrl-C or SIGTERM stops)");
     let served = server.serve(listener, security, stop_signal()).await;

@@ -94,30 +94,7 @@ pub async fn resume_waiting_calls(
         "agentry: {waiting} tool call(s) of the last run still wait for your decision; asking again \
          (--close-pending closes them instead)."
     );
-    let outcome = terminal.drive(agent.start_resumed_reply()).await;
-    after_reply(Some(memory), agent, terminal).await;
-    Some(outcome)
-}
-
-/// After a reply: its token use into the session's ledger, and the approval grants it made
-/// (A14) into the session. A failure is only a warning: the conversation itself is stored.
-pub async fn after_reply(
-    session: Option<&SessionMemory>,
-    agent: &agentry::ReActAgent,
-    terminal: &mut crate::session::Terminal,
-) {
-    let Some(memory) = session else { return };
-    if let Some((reply_id, usage)) = terminal.last_usage.take()
-        && let Err(e) = memory
-            .store()
-            .record_usage(memory.lease(), Some(&reply_id), &usage, terminal.last_cost)
-            .await
-    {
-        tracing::warn!(error = %e, "the session's token use was not recorded");
-    }
-    if let Err(e) = agentry_store::save_grants(agent, memory).await {
-        tracing::warn!(error = %e, "the session's approval grants were not saved");
-    }
+    Some(terminal.drive(agent.start_resumed_reply()).await)
 }
 
 #[derive(Debug, Args)]

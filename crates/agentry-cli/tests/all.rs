@@ -10,6 +10,7 @@ mod eval;
 mod interactive;
 mod local_model;
 mod mcp;
+mod permissions;
 mod run;
 mod scripts;
 mod serve;

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use agentry_otel::receiver::OtlpReceiver;
 use agentry_testkit::{Call, FakeLlm, Reply};
-use common::{command, output, run_args, text};
+use common::program::Program;
+use common::{command, output, run_args, serve_args, server_base, text};
+use futures::StreamExt;
+use serde_json::{Value, json};
 
 fn script(fake: &FakeLlm) {
     fake.push(Reply::tool_calls([Call::new(
@@ -92,4 +95,72 @@ async fn run_sends_nothing_without_an_otlp_endpoint() {
     assert_eq!(text(&out.stdout), "42\n");
     assert_eq!(receiver.requests(), 0);
     assert!(receiver.spans().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_reply_is_traced_with_its_session_as_the_conversation() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let receiver = OtlpReceiver::start().await.unwrap();
+    let fake = FakeLlm::start().await;
+    script(&fake);
+    let mut serve = command(&serve_args(&fake, home, &["--addr", "127.0.0.1:0"]), home);
+    serve.env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+    let server = Program::start_command(serve);
+    let base = server_base(&server).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let post = |url: String, body: Value| {
+        client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let created: Value = post(format!("{base}/v1/sessions"), json!({"name": "traced"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    let events = client
+        .get(format!("{base}/v1/sessions/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    let started = post(
+        format!("{base}/v1/sessions/{id}/messages"),
+        json!({"text": "What is 6*7?"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(started.status().as_u16(), 202);
+    let mut body = events.bytes_stream();
+    let mut seen = String::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !seen.contains("\"type\":\"reply_finished\"") {
+            let chunk = body.next().await.unwrap().unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap();
+    server.terminate();
+    let (status, _, err) = server.finish().await;
+    assert!(status.success(), "{err}");
+    let spans = receiver
+        .wait_for(Duration::from_secs(10), |s| s.len() >= 4)
+        .await
+        .unwrap();
+    for span in spans.iter().filter(|s| s.name.starts_with("invoke_agent")) {
+        assert_eq!(
+            span.str("gen_ai.conversation.id"),
+            Some(id.as_str()),
+            "{}",
+            span.name
+        );
+    }
+    assert!(spans.iter().any(|s| s.name.starts_with("invoke_agent")));
+    fake.assert_no_violations();
 }

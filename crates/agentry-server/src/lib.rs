@@ -8,7 +8,11 @@
 //! lease from its first message or event stream until it stops.
 //!
 //! Binding anything but loopback requires a bearer token, checked in constant time on every
-//! API route ([`Security`]). The web page at `/` (static files, no data) asks for it.
+//! API route ([`Security`]). The web page at `/` (static files, no data) asks for it. Without a
+//! token, the server answers only requests addressed to a loopback name (`localhost`,
+//! `127.0.0.1`, `[::1]`) and refuses changes sent by another site's page (its `Origin`), so a
+//! web page cannot drive it through DNS rebinding or a cross-site request
+//! ([`Server::allow_host`], [`Server::allow_origin`] widen this).
 //!
 //! ```no_run
 //! # async fn demo(model: std::sync::Arc<dyn agentry::model::ChatModel>) -> Result<(), Box<dyn std::error::Error>> {
@@ -28,6 +32,7 @@
 
 mod error;
 mod events;
+mod loopback_guard;
 mod openapi;
 mod page;
 mod routes;
@@ -47,6 +52,7 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 pub use error::ApiError;
+pub use loopback_guard::LoopbackGuard;
 pub use openapi::ApiDoc;
 pub use state::AgentFactory;
 
@@ -92,6 +98,7 @@ pub enum ServeError {
 /// The HTTP server of a store of sessions.
 pub struct Server {
     state: Arc<AppState>,
+    guard: LoopbackGuard,
 }
 
 impl Server {
@@ -100,19 +107,47 @@ impl Server {
     pub fn new(store: Arc<dyn SessionStore>, toolkit: Toolkit, factory: AgentFactory) -> Self {
         Server {
             state: Arc::new(AppState::new(store, factory, toolkit)),
+            guard: LoopbackGuard::default(),
         }
+    }
+
+    /// Without a token, also answer requests addressed to `host` (a name, or `name:port`), as
+    /// when the server is reached under a name of the machine's own. Loopback names always are.
+    pub fn allow_host(mut self, host: &str) -> Self {
+        self.guard = self.guard.allow_host(host);
+        self
+    }
+
+    /// Without a token, also accept changes sent by pages of `origin` (`http://name:port`).
+    /// The server's own page always may.
+    pub fn allow_origin(mut self, origin: &str) -> Self {
+        self.guard = self.guard.allow_origin(origin);
+        self
     }
 
     /// The API behind `security`, and the web page at `/`.
     pub fn router(&self, security: Security) -> Router {
-        let api = self.api(security);
-        page::routes().merge(api)
+        let page = match security {
+            Security::Loopback => {
+                let guard = Arc::new(self.guard.clone());
+                page::routes().layer(middleware::from_fn(move |request: Request, next: Next| {
+                    Arc::clone(&guard).page(request, next)
+                }))
+            }
+            Security::Token(_) => page::routes(),
+        };
+        page.merge(self.api(security))
     }
 
     fn api(&self, security: Security) -> Router {
         let router = routes::routes().with_state(Arc::clone(&self.state));
         match security {
-            Security::Loopback => router,
+            Security::Loopback => {
+                let guard = Arc::new(self.guard.clone());
+                router.layer(middleware::from_fn(move |request: Request, next: Next| {
+                    Arc::clone(&guard).api(request, next)
+                }))
+            }
             Security::Token(token) => {
                 let token: Arc<[u8]> = token.into_bytes().into();
                 router.layer(middleware::from_fn(

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use agentry::ReActAgent;
+use agentry::agent::ApprovalError;
 use agentry::message::Msg;
 use agentry::tool::{ApprovalDecision, CancelOutcome};
 use agentry_store::SessionId;
@@ -306,7 +307,10 @@ pub async fn decide(
     live.agent
         .handle()
         .decide(call_id.as_str(), decision)
-        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
+        .map_err(|e| match e {
+            ApprovalError::Cancelled(_) => ApiError::conflict("call_cancelled", e.to_string()),
+            _ => ApiError::conflict("not_pending", e.to_string()),
+        })?;
     Ok(outcome(OutcomeKind::Decided))
 }
 

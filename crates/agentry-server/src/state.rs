@@ -8,15 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use agentry::ReActAgent;
 use agentry::agent::{ReActAgentBuilder, ReplyRun};
 use agentry::tool::Toolkit;
-use agentry_store::CallRecorder;
 use agentry_store::{PendingApprovals, SessionId, SessionMemory, SessionStore};
 use tokio::sync::Mutex;
 
 use crate::error::ApiError;
 use crate::events::{EventLog, EventWriter};
 
-/// Starts the agent of a session: its model, tools, prompt and hooks. The server gives it the
-/// session's memory and `CallRecorder`, and restores its grants.
+/// Starts the agent of a session: its model, tools, prompt and hooks. The server attaches the
+/// session to it ([`SessionMemory::attach`]).
 pub type AgentFactory = Arc<dyn Fn() -> ReActAgentBuilder + Send + Sync>;
 
 /// A session loaded by the server: it holds the session's writer lease.
@@ -64,22 +63,10 @@ impl LiveSession {
         tokio::spawn(async move {
             let mut finished = false;
             while let Some(event) = run.next_event().await {
-                if let agentry::agent::AgentEvent::ReplyFinished {
-                    reply_id,
-                    usage,
-                    cost,
-                    ..
-                } = &event
-                {
-                    // The ledger first, then the session is free, then it is announced: a
-                    // client that sees `reply_finished` may start the next reply at once.
-                    if let Err(e) = memory
-                        .store()
-                        .record_usage(memory.lease(), Some(reply_id), usage, *cost)
-                        .await
-                    {
-                        tracing::warn!(error = %e, "the reply's token use was not recorded");
-                    }
+                if let agentry::agent::AgentEvent::ReplyFinished { .. } = &event {
+                    // The session is free before it is announced (its hook has recorded the
+                    // ledger already): a client that sees `reply_finished` may start the next
+                    // reply at once.
                     replying.store(false, Ordering::SeqCst);
                     ended.notify_waiters();
                     finished = true;
@@ -136,12 +123,11 @@ impl AppState {
         }
         let memory =
             Arc::new(SessionMemory::open_with(Arc::clone(&self.store), id, PendingApprovals::Keep).await?);
-        let agent = (self.factory)()
-            .memory(Arc::clone(&memory))
-            .hook("session-calls", CallRecorder::new(Arc::clone(&memory)))
+        let agent = memory
+            .attach((self.factory)())
+            .await?
             .build()
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        agentry_store::restore_grants(&agent, &memory).await?;
         let waiting = !memory.recovery().pending_kept.is_empty();
         let writer = self
             .event_writer

@@ -1,13 +1,10 @@
 //! The HTTP API end to end: a real server on a SQLite file, the fake model server speaking the
 //! OpenAI wire format, and a client reading the server-sent events.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::{Harness, SseEvent};
 use agentry::tool::CANCELLED_RUNNING;
 use agentry_server::{Security, ServeError, Server};
 use agentry_testkit::{Call, FakeLlm, Gate, Reply};
-use common::{Harness, SseEvent};
 use serde_json::json;
 
 fn ids(events: &[SseEvent]) -> Vec<u64> {
@@ -292,7 +289,7 @@ async fn a_token_is_required_off_loopback_and_checked_on_every_route() {
     );
     let server = Server::new(
         store,
-        common::toolkit(),
+        crate::common::toolkit(),
         std::sync::Arc::new(agentry::ReActAgent::builder),
     );
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();

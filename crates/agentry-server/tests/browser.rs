@@ -2,16 +2,13 @@
 //! against the server and the fake model: a streamed reply whose markup stays text, one call
 //! approved and one declined with a reason, a slow call cancelled with its partial results shown,
 //! and the same history after a reload. Screenshots go to target/browser-shots.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::common::Harness;
 use agentry_testkit::peers::{npm_package, peers_dir};
 use agentry_testkit::{Call, Reply};
-use common::Harness;
 
 /// The Chromium binary (Debian's `chromium` package; `CHROMIUM` overrides).
 fn chromium() -> PathBuf {
@@ -70,7 +67,7 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", &chromium)
         .env("SHOTS", &shots);
-    let said = common::run_peer(node, Duration::from_secs(120)).await;
+    let said = crate::common::run_peer(node, Duration::from_secs(120)).await;
     assert!(said.contains("ok"), "{said}");
 
     assert_eq!(tool_result(fake, 2, "w1"), "noted");

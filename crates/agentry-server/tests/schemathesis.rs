@@ -2,14 +2,11 @@
 //! with generated valid and invalid input, checked for undocumented statuses, bodies that do not
 //! match their schema, server errors and valid requests refused. The event stream is left out:
 //! it never ends, which schemathesis cannot test.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::time::Duration;
 
+use crate::common::Harness;
 use agentry_testkit::peers::peers_dir;
-use common::Harness;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_nothing_against_the_openapi_document() {
@@ -32,7 +29,7 @@ async fn schemathesis_finds_nothing_against_the_openapi_document() {
         "--no-color",
     ])
     .current_dir(server.dir.path());
-    let said = common::run_peer(run, Duration::from_secs(300)).await;
+    let said = crate::common::run_peer(run, Duration::from_secs(300)).await;
     assert!(said.contains("passed"), "{said}");
     // The replies schemathesis started asked a model with no scripted answer: they failed, as
     // a dead model server makes them fail; that is not what this test is about.

@@ -38,14 +38,17 @@ pub(crate) fn grant_row(key: &str, grant: &SessionGrant) -> Grant {
 pub async fn restore_grants(agent: &ReActAgent, memory: &SessionMemory) -> Result<usize, StoreError> {
     let stored = memory.store().grants(&memory.session().id).await?;
     let count = stored.len();
-    agent.restore_session_grants(stored.into_iter().map(|g| {
-        let grant = match g.kind {
-            GrantKind::Deny { reason } => SessionGrant::Deny { reason },
-            GrantKind::Allow => SessionGrant::Allow,
-        };
-        (g.key, grant)
-    }));
+    agent.restore_session_grants(stored.into_iter().map(agent_grant));
     Ok(count)
+}
+
+/// A stored grant as the agent holds it, under its key.
+pub(crate) fn agent_grant(grant: Grant) -> (String, SessionGrant) {
+    let kind = match grant.kind {
+        GrantKind::Deny { reason } => SessionGrant::Deny { reason },
+        GrantKind::Allow => SessionGrant::Allow,
+    };
+    (grant.key, kind)
 }
 
 /// Makes `memory`'s session hold exactly `agent`'s grants: new and changed ones written, ones

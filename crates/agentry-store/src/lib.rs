@@ -10,6 +10,8 @@
 //! - [`SessionMemory`] is an agent [`Memory`](agentry::memory::Memory) on one session of a
 //!   store: give it to `ReActAgent::builder().memory(...)` and the loop does not care where its
 //!   memory lives. Every change is committed before it returns (write-ahead).
+//!   [`SessionMemory::attach`] gives a builder everything of the session at once: the memory,
+//!   the grants, and the hook that keeps calls, approvals and token use.
 //! - Opening a session for writing takes its [`Lease`] (one writer per session, across
 //!   processes) and recovers it (spec Y4): calls left pending, queued or running by a process
 //!   that stopped are closed as `Cancelled{reason: Restart}` with the model-visible
@@ -38,6 +40,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+mod attach;
 mod error;
 mod grants;
 mod memory;
@@ -49,6 +52,7 @@ mod tool_groups;
 mod transfer;
 mod types;
 
+pub use attach::SESSION_HOOK;
 pub use error::StoreError;
 pub use grants::{restore_grants, save_grants};
 pub use memory::SessionMemory;

@@ -5,6 +5,7 @@ use std::sync::{Arc, PoisonError};
 
 use agentry::memory::{Memory, MemoryError};
 use agentry::message::Msg;
+use agentry::tool::ToolCallState;
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -59,6 +60,8 @@ pub struct SessionMemory {
     mirror: tokio::sync::Mutex<Mirror>,
     // Starts not written yet, by call id. Never held across an await.
     starts: std::sync::Mutex<HashMap<String, CallRecord>>,
+    // How each answered call ended, by call id, as committed (C3). Never held across an await.
+    finished: std::sync::Mutex<HashMap<String, ToolCallState>>,
 }
 
 impl std::fmt::Debug for SessionMemory {
@@ -90,6 +93,7 @@ impl SessionMemory {
             .session(id)
             .await?
             .ok_or_else(|| StoreError::SessionNotFound(id.to_string()))?;
+        let finished = std::sync::Mutex::new(finished_calls(&recovered.messages).collect());
         Ok(SessionMemory {
             store,
             lease,
@@ -97,6 +101,7 @@ impl SessionMemory {
             recovery: recovered.report,
             mirror: tokio::sync::Mutex::new(Mirror::new(recovered.messages)),
             starts: std::sync::Mutex::default(),
+            finished,
         })
     }
 
@@ -168,6 +173,10 @@ impl SessionMemory {
         self.starts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn finished(&self) -> std::sync::MutexGuard<'_, HashMap<String, ToolCallState>> {
+        self.finished.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Stores `msgs` (appended, or before the message `before`) with the kept starts of the
     /// calls they answer, in one transaction.
     async fn write(&self, before: Option<&str>, msgs: &[Msg]) -> Result<(), StoreError> {
@@ -220,6 +229,14 @@ impl SessionMemory {
     }
 }
 
+/// How each call answered in `msgs` ended.
+fn finished_calls(msgs: &[Msg]) -> impl Iterator<Item = (String, ToolCallState)> + '_ {
+    msgs.iter().flat_map(|msg| {
+        msg.tool_results()
+            .map(move |result| (result.id.to_string(), agentry::memory::result_state(msg, result)))
+    })
+}
+
 #[async_trait]
 impl Memory for SessionMemory {
     async fn add(&self, msgs: Vec<Msg>) -> Result<(), MemoryError> {
@@ -229,6 +246,7 @@ impl Memory for SessionMemory {
             return Ok(());
         }
         self.write(None, &fresh).await?;
+        self.finished().extend(finished_calls(&fresh));
         for msg in fresh {
             mirror.ids.insert(msg.id.clone());
             mirror.msgs.push(msg);
@@ -243,6 +261,12 @@ impl Memory for SessionMemory {
     async fn delete(&self, ids: &[String]) -> Result<usize, MemoryError> {
         let mut mirror = self.mirror.lock().await;
         let deleted = self.store.delete_messages(&self.lease, ids).await?;
+        let gone: Vec<&Msg> = mirror.msgs.iter().filter(|m| ids.contains(&m.id)).collect();
+        let mut finished = self.finished();
+        for result in gone.iter().flat_map(|m| m.tool_results()) {
+            finished.remove(result.id.as_str());
+        }
+        drop(finished);
         mirror.msgs.retain(|m| !ids.contains(&m.id));
         for id in ids {
             mirror.ids.remove(id);
@@ -259,7 +283,12 @@ impl Memory for SessionMemory {
         self.store.clear_messages(&self.lease).await?;
         *mirror = Mirror::default();
         self.starts().clear();
+        self.finished().clear();
         Ok(())
+    }
+
+    fn finished_call(&self, call_id: &str) -> Option<ToolCallState> {
+        self.finished().get(call_id).cloned()
     }
 
     async fn insert_before(&self, before: &str, msgs: Vec<Msg>) -> Result<(), MemoryError> {
@@ -269,6 +298,7 @@ impl Memory for SessionMemory {
             return Ok(());
         }
         self.write(Some(before), &fresh).await?;
+        self.finished().extend(finished_calls(&fresh));
         let at = mirror
             .msgs
             .iter()

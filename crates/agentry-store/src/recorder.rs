@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agentry::agent::{AgentHook, HookContext, SessionGrant};
+use agentry::agent::{AgentHook, HookContext, ReplyEnd, SessionGrant};
 use agentry::message::ToolUseBlock;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
 use async_trait::async_trait;
@@ -23,8 +23,10 @@ use crate::{CallRecord, CallStatus, SessionMemory};
 /// It also keeps session grants (spec A14) as they are made, before the call they came from
 /// runs, and approval questions (the call waits, with what the user is asked) and
 /// decisions, so that a call waiting for approval when the process stopped can be asked about
-/// again ([`PendingApprovals::Keep`](crate::PendingApprovals)). Register this hook after any
-/// hook that rewrites calls, so it records the arguments as they run.
+/// again ([`PendingApprovals::Keep`](crate::PendingApprovals)), and each reply's token use
+/// (the session's ledger) before `ReplyFinished` announces it. Register this hook after any
+/// hook that rewrites calls, so it records the arguments as they run;
+/// [`SessionMemory::attach`] registers it with the rest of the session.
 ///
 /// ```no_run
 /// # async fn demo(model: std::sync::Arc<dyn agentry::model::ChatModel>) -> Result<(), Box<dyn std::error::Error>> {
@@ -85,7 +87,18 @@ impl AgentHook for CallRecorder {
     async fn session_grant_stored(&self, _ctx: &HookContext, key: &str, grant: &SessionGrant) {
         let row = crate::grants::grant_row(key, grant);
         if let Err(e) = self.memory.store().put_grant(self.memory.lease(), &row).await {
-            tracing::warn!(error = %e, "the session store did not keep the grant (saved again after the reply)");
+            tracing::warn!(error = %e, "the session store did not keep the grant: it holds for this run only");
+        }
+    }
+
+    async fn reply_finished(&self, ctx: &HookContext, end: &ReplyEnd) {
+        if let Err(e) = self
+            .memory
+            .store()
+            .record_usage(self.memory.lease(), Some(&ctx.reply_id), &end.usage, end.cost)
+            .await
+        {
+            tracing::warn!(error = %e, "the session store did not record the reply's token use");
         }
     }
 

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use agentry::CallId;
 use agentry::memory::{check_tool_pairs, interrupted_by_restart, repair_tool_pairs, unanswered_last_calls};
-use agentry::message::{ContentBlock, Msg, ToolResultBlock};
+use agentry::message::{ContentBlock, Msg};
 use agentry::tool::{CancelPhase, CancelReason, ToolCallState};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -42,19 +42,6 @@ fn interrupted_state(status: Option<&CallStatus>) -> ToolCallState {
         partial: false,
         reason: CancelReason::Restart,
     }
-}
-
-/// The state a stored result says its call ended in: the `tool_call` record the agent writes in
-/// its metadata, or, without one, completed or failed after its error flag.
-pub(crate) fn state_of_result(msg: &Msg, result: &ToolResultBlock) -> ToolCallState {
-    msg.metadata
-        .get("tool_call")
-        .and_then(|v| serde_json::from_value::<ToolCallState>(v.clone()).ok())
-        .unwrap_or(if result.is_error {
-            ToolCallState::Failed
-        } else {
-            ToolCallState::Completed
-        })
 }
 
 fn interrupted_result(id: CallId, name: String, state: &ToolCallState, now: DateTime<Utc>) -> Msg {
@@ -215,7 +202,7 @@ fn plan_calls(msgs: &[Msg], calls: &[CallRecord], now: DateTime<Utc>) -> Plan {
         for result in msg.tool_results() {
             let state = match synthetic.get(result.id.as_str()) {
                 Some(state) => state.clone(),
-                None => state_of_result(msg, result),
+                None => agentry::memory::result_state(msg, result),
             };
             ended.insert(result.id.as_str(), state);
         }
@@ -283,7 +270,7 @@ fn note(report: &mut Recovery, record: &CallRecord, interrupted: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentry::message::{Role, ToolUseBlock};
+    use agentry::message::{Role, ToolResultBlock, ToolUseBlock};
     use agentry::tool::INTERRUPTED_RESTART;
     use serde_json::json;
 

@@ -157,8 +157,12 @@ pub struct CallRecord {
     pub partial_result: Option<String>,
     /// The approval decision, when the call needed one.
     pub decision: Option<ApprovalDecision>,
-    /// Who took it: the user, auto-approval, a session grant, or nobody (Y3).
+    /// Who took it: the user, auto-approval, a session grant, a permission rule, or nobody (Y3).
     pub decision_source: Option<DecisionSource>,
+    /// What the user was (or, for an automatic decision, would have been) asked: the approval
+    /// request's message, kept as the decision's explanation (A5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
     /// The last progress report of the running tool (UI only).
     pub progress: Option<String>,
     /// When the call was registered.
@@ -183,6 +187,7 @@ impl CallRecord {
             partial_result: None,
             decision: None,
             decision_source: None,
+            explanation: None,
             progress: None,
             created_at: Utc::now(),
             started_at: None,

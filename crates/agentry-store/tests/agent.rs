@@ -321,8 +321,8 @@ async fn a_tool_step_commits_twice_the_model_message_and_the_result() {
     agent.reply(Msg::user("19 + 23?")).await.unwrap();
     assert_eq!(
         store.writes() - before,
-        4,
-        "the question, the call, its result (with the call's start), the answer"
+        5,
+        "the question, the call, its result (with the call's start), the answer, the reply's ledger"
     );
     let calls = store.calls(&memory.session().id).await.unwrap();
     assert_eq!(calls[0].status, CallStatus::Finished(ToolCallState::Completed));
@@ -359,4 +359,105 @@ async fn y4_a_call_that_was_running_when_the_process_died_may_have_partly_run() 
         .map(|r| r.text())
         .collect::<Vec<_>>();
     assert_eq!(result, [INTERRUPTED_RESTART]);
+}
+
+/// `add` needing approval, in a toolkit of its own.
+fn guarded_add() -> Toolkit {
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(AddTool, agentry::tool::ToolOptions::new().require_approval(true))
+        .unwrap();
+    toolkit
+}
+
+/// What every front end does to continue a session: `attach` gives the agent the session's
+/// grants (here, the only way the guarded call can run without anyone to ask), records the
+/// decision with its source and explanation, and keeps the reply's token use before
+/// `ReplyFinished` announces it.
+#[tokio::test]
+async fn attach_restores_grants_records_decisions_and_keeps_the_ledger_before_the_reply_ends() {
+    let (_dir, path) = db();
+    let store = open(&path);
+    let memory = Arc::new(
+        SessionMemory::open_or_create(store.clone(), "chat", &json!({}))
+            .await
+            .unwrap(),
+    );
+    store
+        .put_grant(
+            memory.lease(),
+            &agentry_store::Grant {
+                key: format!("add\u{0}{}", json!({"a": 19, "b": 23})),
+                tool_name: "add".into(),
+                kind: agentry_store::GrantKind::Allow,
+                created_at: chrono::Utc::now(),
+            },
+        )
+        .await
+        .unwrap();
+    let builder = ReActAgent::builder()
+        .name("bot")
+        .model(Scripted::default())
+        .toolkit(guarded_add());
+    let agent = memory.attach(builder).await.unwrap().build().unwrap();
+    assert_eq!(
+        agent.session_grants().len(),
+        1,
+        "the session's grant is the agent's"
+    );
+    let mut run = agent.start_reply(Msg::user("19 + 23?"));
+    let mut ledger_at_end = None;
+    while let Some(event) = run.next_event().await {
+        if let agentry::agent::AgentEvent::ReplyFinished { .. } = event {
+            ledger_at_end = Some(store.usage(&memory.session().id).await.unwrap().calls);
+        }
+    }
+    let reply = run.finish().await.unwrap();
+    assert_eq!(reply.text().as_deref(), Some("The sum is 42."));
+    assert_eq!(
+        ledger_at_end,
+        Some(1),
+        "recorded before ReplyFinished was emitted"
+    );
+    let calls = store.calls(&memory.session().id).await.unwrap();
+    assert_eq!(calls[0].status, CallStatus::Finished(ToolCallState::Completed));
+    assert_eq!(
+        calls[0].decision_source,
+        Some(agentry::tool::DecisionSource::SessionGrant)
+    );
+    assert!(
+        calls[0].explanation.as_deref().is_some_and(|e| e.contains("add")),
+        "the request's message is the explanation (A5): {:?}",
+        calls[0].explanation
+    );
+}
+
+/// C3 across processes: a call of the session's earlier run, cancelled from the agent that
+/// continues it, has finished already.
+#[tokio::test]
+async fn c3_a_call_of_an_earlier_process_is_already_finished() {
+    let (_dir, path) = db();
+    let id = {
+        let memory = Arc::new(
+            SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+                .await
+                .unwrap(),
+        );
+        agent(Scripted::default(), memory.clone())
+            .reply(Msg::user("19 + 23?"))
+            .await
+            .unwrap();
+        memory.session().id.clone()
+    };
+    let memory = Arc::new(SessionMemory::open(open(&path), &id).await.unwrap());
+    let builder = ReActAgent::builder().name("bot").model(Scripted::default());
+    let agent = memory.attach(builder).await.unwrap().build().unwrap();
+    assert_eq!(
+        agent.handle().cancel_call("call_0"),
+        agentry::tool::CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))
+    );
+    assert_eq!(
+        agent.handle().cancel_call("call_9"),
+        agentry::tool::CancelOutcome::NotFound
+    );
 }

@@ -1,5 +1,4 @@
 //! The fake server's Anthropic Messages route from a plain HTTP client.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use agentry_testkit::{Call, FakeLlm, Reply, thinking_signature};
 use futures::StreamExt;

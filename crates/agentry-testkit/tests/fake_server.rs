@@ -1,5 +1,4 @@
 //! The fake server from a plain HTTP client.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use agentry_testkit::{Call, FakeLlm, Gate, Reply};
 use futures::StreamExt;

@@ -15,5 +15,6 @@ mod conformance;
 mod mcp;
 mod mcp_cancel;
 mod openai;
+mod permissions;
 mod tool_shim;
 mod toolkit;

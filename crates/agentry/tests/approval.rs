@@ -542,7 +542,8 @@ async fn a9_p2_a16_y5_decline_is_not_cancel_and_late_decisions_change_nothing() 
     assert_eq!(handle.cancel_call("cancelled"), CancelOutcome::Cancelled);
     assert_eq!(
         handle.decide("cancelled", ApprovalDecision::Approve),
-        Err(ApprovalError::NotPending("cancelled".into()))
+        Err(ApprovalError::Cancelled("cancelled".into())),
+        "the error says the cancel came first"
     );
     assert_eq!(
         handle.decide("unknown", ApprovalDecision::Approve),
@@ -846,4 +847,74 @@ async fn a18_time_waiting_for_approval_does_not_count_toward_the_timeout() {
     assert_eq!(model.result(1, "g").text(), "FINAL");
     assert_eq!(probe.runs(), 1);
     model.assert_no_violations();
+}
+
+/// A5: the request function runs once for calls decided automatically too (auto-approval, a
+/// session grant), and its message is kept with the result as the decision's explanation.
+#[tokio::test]
+async fn a5_automatic_decisions_build_the_request_once_and_keep_its_message() {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let (fake, toolkit, probe) = setup(
+        vec![call("a", "guarded", json!({"result": "x"}))],
+        guarded()
+            .auto_approve(true)
+            .approval_request(counting_request(&requests)),
+    )
+    .await;
+    let agent = agent_with(&fake, toolkit, |b| b.auto_approve_tools(true));
+    let (_, events) = Driver::new(agent.start_reply(Msg::user("go"))).finish().await;
+    let memory = check_all(&agent, &events).await;
+    assert_eq!(requests.load(Ordering::SeqCst), 1, "auto-approved: built once");
+    let (_, _, metadata) = stored(&memory, "a");
+    assert_eq!(metadata["tool_call"]["decision"], "auto");
+    assert_eq!(
+        metadata["tool_call"]["explanation"],
+        r#"The probe will run with {"result":"x"}"#
+    );
+
+    // A session grant decides the same arguments later: the request is built once more.
+    agent.restore_session_grants([(
+        format!("guarded\u{0}{}", json!({"result": "y"})),
+        SessionGrant::Allow,
+    )]);
+    fake.push(Reply::tool_calls([call("b", "guarded", json!({"result": "y"}))]));
+    fake.push(Reply::text("again"));
+    let agent_no_auto = agent;
+    let (_, events) = Driver::new(agent_no_auto.start_reply(Msg::user("again")))
+        .finish()
+        .await;
+    let memory = check_all(&agent_no_auto, &events).await;
+    assert_eq!(requests.load(Ordering::SeqCst), 2);
+    let (_, _, metadata) = stored(&memory, "b");
+    assert_eq!(metadata["tool_call"]["decision"], "session_grant");
+    assert_eq!(
+        metadata["tool_call"]["explanation"],
+        r#"The probe will run with {"result":"y"}"#
+    );
+    assert_eq!(probe.runs(), 2);
+    fake.assert_no_violations();
+}
+
+/// A16, S2: a decision that comes after a cancel committed is refused as such, not accepted
+/// without effect. On one thread the loop cannot run between the cancel and the decision: the
+/// decision finds the question still open in the handle, and must still be refused.
+#[tokio::test]
+async fn a16_a_decision_after_a_cancel_says_the_call_was_cancelled() {
+    let (fake, toolkit, probe) = setup(vec![call("g", "guarded", json!({}))], guarded()).await;
+    let (agent, handle, mut driver) = start(&fake, toolkit);
+    driver.wait_for("asked", asked("g")).await;
+    assert_eq!(handle.cancel_call("g"), CancelOutcome::Cancelled);
+    assert_eq!(
+        handle.decide("g", ApprovalDecision::Approve),
+        Err(ApprovalError::Cancelled("g".into()))
+    );
+    let (_, events) = driver.finish().await;
+    check_all(&agent, &events).await;
+    assert_eq!(
+        handle.decide("g", ApprovalDecision::Approve),
+        Err(ApprovalError::NotPending("g".into())),
+        "after the reply, the call waits for nothing"
+    );
+    assert_eq!(probe.runs(), 0);
+    fake.assert_no_violations();
 }

@@ -267,9 +267,10 @@ async fn x6_a_sequential_result_is_in_memory_when_it_is_announced() {
     record_then_announce(false).await;
 }
 
-/// Defect 7: the finished calls an agent remembers for `cancel_call` grew without bound.
+/// Defect 7: the finished calls an agent remembers for `cancel_call` grew without bound. A call
+/// beyond the bound is still found in memory, with its result (C3).
 #[tokio::test]
-async fn finished_calls_are_remembered_up_to_a_bound() {
+async fn c3_finished_calls_are_remembered_up_to_a_bound_and_older_ones_are_read_from_memory() {
     let fake = FakeLlm::start().await;
     for id in ["c1", "c2", "c3"] {
         fake.push(Reply::tool_calls([call(id, "free", json!({}))]));
@@ -284,7 +285,16 @@ async fn finished_calls_are_remembered_up_to_a_bound() {
         agent.reply(Msg::user("go")).await.unwrap();
     }
     let handle = agent.handle();
-    assert_eq!(handle.cancel_call("c1"), CancelOutcome::NotFound, "forgotten");
+    assert_eq!(
+        handle.cancel_call("c1"),
+        CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed)),
+        "beyond the bound: read from memory"
+    );
+    assert_eq!(
+        handle.cancel_call("c9"),
+        CancelOutcome::NotFound,
+        "never made (C4)"
+    );
     assert_eq!(
         handle.cancel_call("c3"),
         CancelOutcome::AlreadyFinished(Some(ToolCallState::Completed))

@@ -247,6 +247,57 @@ async fn l4_the_cancel_notification_is_queued_before_the_result_is_recorded() {
     fake.assert_no_violations();
 }
 
+/// L4 when every `on_cancel` slot is held by a tool's callback that never returns: the MCP
+/// notification is the runtime's own and bounded, so it still goes out, before the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l4_the_notification_goes_out_even_when_every_on_cancel_slot_is_held() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([
+        call("c0", "blocker", json!({"wait": true, "block_on_cancel": true})),
+        call("c1", "slow", json!({"seconds": 30})),
+    ]));
+    fake.push(Reply::text("done"));
+    let client = McpClient::connect(peers::test_server(&[])).await.unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_mcp_client(&client, McpToolOptions::new())
+        .await
+        .unwrap();
+    let probe = common::probe::Probe::new();
+    toolkit.register(probe.tool("blocker")).unwrap();
+    let at_record = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = builder(&fake, true, toolkit)
+        .parallel_tool_calls(true)
+        .on_cancel_limit(1)
+        .memory(WatchingMemory {
+            inner: agentry::memory::InMemoryMemory::new(),
+            client: client.clone(),
+            watched: "c1",
+            at_record: Arc::clone(&at_record),
+        })
+        .build()
+        .unwrap();
+    let (handle, mut driver) = Driver::go(&agent);
+    probe.started(1).await;
+    driver.wait_for("progress of c1", progress_of("c1")).await;
+    // c0's callback takes the only slot and never returns.
+    assert_eq!(handle.cancel_call("c0"), CancelOutcome::Cancelled);
+    probe.on_cancel_entered(1).await;
+    assert_eq!(handle.cancel_call("c1"), CancelOutcome::Cancelled);
+    let (reply, events) = driver.finish().await;
+    probe.unblock_on_cancel();
+    reply.unwrap();
+    check_all(&agent, &events).await;
+    assert_eq!(
+        at_record.lock().unwrap().first().copied(),
+        Some(1),
+        "queued before c1's cancelled result was stored, without a slot (L4)"
+    );
+    control_request(&client).await;
+    assert_eq!(cancel_lines(&client).len(), 1, "{:?}", client.stderr_tail());
+    fake.assert_no_violations();
+}
+
 #[tokio::test]
 async fn m1_a_reply_cancel_says_reply_cancelled() {
     let (fake, agent, client) = setup(

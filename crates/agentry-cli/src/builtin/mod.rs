@@ -102,86 +102,95 @@ struct WriteArgs {
 /// Fails when `workdir` cannot be canonicalized (it does not exist) or a name is taken.
 pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Result<()> {
     toolkit.register(CurrentTimeTool)?;
-    toolkit.register(CalculateTool)?;
+    toolkit.register_with(CalculateTool, ToolOptions::new().rule_subject("expression"))?;
     let sandbox = Sandbox::new(workdir)
         .with_context(|| format!("cannot use {} as the working directory", workdir.display()))?;
 
     let list_box = sandbox.clone();
-    toolkit.register(FunctionTool::typed(
-        "list_files",
-        "List the entries of a directory in the working directory, sorted by name: directories end with \
+    toolkit.register_with(
+        FunctionTool::typed(
+            "list_files",
+            "List the entries of a directory in the working directory, sorted by name: directories end with \
          '/', files show their size in bytes ('Cargo.toml (1234 bytes)'), symbolic links show their target \
          ('link -> target') and are never followed. Hidden files are included. Paths are relative to the \
          working directory; nothing outside it can be listed. With recursive=true the contents of \
          subdirectories are listed too, as relative paths, except inside .git, target and node_modules. \
          At most 1000 entries are shown; a note at the end says when the listing was cut.",
-        move |args: ListArgs, _ctx| {
-            let sandbox = list_box.clone();
-            async move {
-                let path = args.path.unwrap_or_else(|| ".".to_owned());
-                tokio::task::spawn_blocking(move || sandbox.list(&path, args.recursive.unwrap_or(false)))
-                    .await
-            }
-        },
-    ))?;
+            move |args: ListArgs, _ctx| {
+                let sandbox = list_box.clone();
+                async move {
+                    let path = args.path.unwrap_or_else(|| ".".to_owned());
+                    tokio::task::spawn_blocking(move || sandbox.list(&path, args.recursive.unwrap_or(false)))
+                        .await
+                }
+            },
+        ),
+        ToolOptions::new().rule_subject("path"),
+    )?;
 
     let read_box = sandbox.clone();
-    toolkit.register(FunctionTool::typed(
-        "read_file",
-        "Read a UTF-8 text file in the working directory and return its lines (without line numbers). \
+    toolkit.register_with(
+        FunctionTool::typed(
+            "read_file",
+            "Read a UTF-8 text file in the working directory and return its lines (without line numbers). \
          Paths are relative to the working directory; nothing outside it can be read. Returns at most \
          `limit` lines (default 400) starting at line `offset` (1-based, default 1); when the file has \
          more lines, a final note like '[lines 1-400 of 1234; call read_file with offset=401 to read \
          more]' says how to continue; at most 256 KiB are returned at once (a longer line is cut, and \
          the note says so). Binary files, directories and files over 5 MiB are refused; use \
          list_files to find files.",
-        move |args: ReadArgs, _ctx| {
-            let sandbox = read_box.clone();
-            async move {
-                let offset = args.offset.unwrap_or(1);
-                let limit = args.limit.unwrap_or(files::DEFAULT_LINES);
-                tokio::task::spawn_blocking(move || {
-                    sandbox.read(&args.path, offset, limit, files::MAX_FILE_BYTES)
-                })
-                .await
-            }
-        },
-    ))?;
+            move |args: ReadArgs, _ctx| {
+                let sandbox = read_box.clone();
+                async move {
+                    let offset = args.offset.unwrap_or(1);
+                    let limit = args.limit.unwrap_or(files::DEFAULT_LINES);
+                    tokio::task::spawn_blocking(move || {
+                        sandbox.read(&args.path, offset, limit, files::MAX_FILE_BYTES)
+                    })
+                    .await
+                }
+            },
+        ),
+        ToolOptions::new().rule_subject("path"),
+    )?;
     let search_box = sandbox.clone();
-    toolkit.register(FunctionTool::typed(
-        "search_files",
-        "Search the text files under a directory of the working directory for lines containing a text, \
+    toolkit.register_with(
+        FunctionTool::typed(
+            "search_files",
+            "Search the text files under a directory of the working directory for lines containing a text, \
          ignoring case. Files are searched in name order, skipping .git, target and node_modules, binary \
          files and files over 5 MiB. Returns 'path:line: text' for each match (at most 200 shown). On a \
          large tree this takes a while; the user sees the progress and may stop it, and you then get the \
          matches found so far.",
-        move |args: SearchArgs, ctx| {
-            let sandbox = search_box.clone();
-            async move {
-                let found = Arc::new(Mutex::new(search::Found::default()));
-                let pattern = args.pattern;
-                let partial = Arc::clone(&found);
-                let cancel_pattern = pattern.clone();
-                ctx.set_on_cancel(move || {
-                    let found = partial.lock().unwrap_or_else(|e| e.into_inner());
-                    Some(found.cancelled(&cancel_pattern))
-                });
-                let search_pattern = pattern.clone();
-                let path = args.path.unwrap_or_else(|| ".".to_owned());
-                let searched = tokio::task::spawn_blocking(move || {
-                    sandbox.search(&path, &search_pattern, &|| ctx.is_cancelled(), &mut |now| {
-                        *found.lock().unwrap_or_else(|e| e.into_inner()) = now.clone();
-                        ctx.report(
-                            format!("searched {} files, {} matches", now.files, now.matches),
-                            Some("search"),
-                        );
+            move |args: SearchArgs, ctx| {
+                let sandbox = search_box.clone();
+                async move {
+                    let found = Arc::new(Mutex::new(search::Found::default()));
+                    let pattern = args.pattern;
+                    let partial = Arc::clone(&found);
+                    let cancel_pattern = pattern.clone();
+                    ctx.set_on_cancel(move || {
+                        let found = partial.lock().unwrap_or_else(|e| e.into_inner());
+                        Some(found.cancelled(&cancel_pattern))
+                    });
+                    let search_pattern = pattern.clone();
+                    let path = args.path.unwrap_or_else(|| ".".to_owned());
+                    let searched = tokio::task::spawn_blocking(move || {
+                        sandbox.search(&path, &search_pattern, &|| ctx.is_cancelled(), &mut |now| {
+                            *found.lock().unwrap_or_else(|e| e.into_inner()) = now.clone();
+                            ctx.report(
+                                format!("searched {} files, {} matches", now.files, now.matches),
+                                Some("search"),
+                            );
+                        })
                     })
-                })
-                .await;
-                searched.map(|result| result.map(|found| found.summary(&pattern)))
-            }
-        },
-    ))?;
+                    .await;
+                    searched.map(|result| result.map(|found| found.summary(&pattern)))
+                }
+            },
+        ),
+        ToolOptions::new().rule_subject("path"),
+    )?;
 
     let write_box = sandbox.clone();
     let check_box = sandbox.clone();
@@ -206,6 +215,7 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> anyhow::Resu
         ),
         ToolOptions::new()
             .require_approval(true)
+            .rule_subject("path")
             // A write that could never happen is refused before the user is asked about it.
             .check(move |args| check_box.write_target(&text(args, "path")).map(|_| ()))
             .approval_request(move |args| describe_box.describe_write(&text(args, "path"), &text(args, "content"))),

@@ -55,7 +55,12 @@ pub struct Program {
 impl Program {
     /// Starts the binary with `args` in the clean environment of [`super::command`].
     pub fn start(args: &[String], home: &Path) -> Program {
-        let mut child = super::command(args, home)
+        Self::start_command(super::command(args, home))
+    }
+
+    /// Starts a prepared [`super::command`] (e.g. with more variables set).
+    pub fn start_command(mut command: std::process::Command) -> Program {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

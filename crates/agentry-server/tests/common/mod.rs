@@ -1,6 +1,5 @@
 //! A server on a temporary database and the fake model, and a client that reads its event
 //! stream. Every wait has a deadline.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +69,16 @@ impl Harness {
 
     /// A server on the database in `dir`, behind `security`.
     pub async fn start_with(fake: FakeLlm, dir: tempfile::TempDir, security: Security) -> Harness {
+        Self::start_configured(fake, dir, security, |server| server).await
+    }
+
+    /// [`Harness::start_with`], the server changed by `configure` before it serves.
+    pub async fn start_configured(
+        fake: FakeLlm,
+        dir: tempfile::TempDir,
+        security: Security,
+        configure: impl FnOnce(Server) -> Server,
+    ) -> Harness {
         let store = Arc::new(agentry_store::SqliteStore::open(dir.path().join("s.db")).unwrap());
         let tools = toolkit();
         let model = Arc::new(
@@ -96,6 +105,7 @@ impl Harness {
                     .toolkit(agent_tools.clone())
             }),
         );
+        let server = configure(server);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -24,8 +24,8 @@ pub(super) fn write_call(
         .prepare_cached(
             "INSERT INTO tool_calls (session_id, call_id, reply_id, message_id, tool_name, arguments, state, \
                  terminal, outcome, phase, partial, stop_reason, partial_result, decision, decision_source, \
-                 idempotent, progress, created_at, started_at, finished_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
+                 idempotent, progress, created_at, started_at, finished_at, updated_at, explanation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
              ON CONFLICT (session_id, call_id) DO UPDATE SET
                  reply_id = excluded.reply_id, message_id = excluded.message_id,
                  tool_name = excluded.tool_name, arguments = excluded.arguments, state = excluded.state,
@@ -34,7 +34,8 @@ pub(super) fn write_call(
                  partial_result = excluded.partial_result, decision = excluded.decision,
                  decision_source = excluded.decision_source, idempotent = excluded.idempotent,
                  progress = excluded.progress, started_at = excluded.started_at,
-                 finished_at = excluded.finished_at, updated_at = excluded.updated_at
+                 finished_at = excluded.finished_at, updated_at = excluded.updated_at,
+                 explanation = coalesce(excluded.explanation, tool_calls.explanation)
              WHERE tool_calls.terminal = 0",
         )
         .and_then(|mut s| {
@@ -60,6 +61,7 @@ pub(super) fn write_call(
                 call.started_at,
                 call.finished_at,
                 ts(Utc::now()),
+                call.explanation,
             ])
         })
         .map_err(|e| ctx.err(e))?;
@@ -187,6 +189,7 @@ pub(super) fn request_approval(
     id: &SessionId,
     call_id: &CallId,
     request: &str,
+    explanation: &str,
 ) -> Result<(), StoreError> {
     let tx = write_tx(conn, ctx)?;
     let Some(mut call) = call_where(&tx, ctx, id, call_id)? else {
@@ -196,6 +199,7 @@ pub(super) fn request_approval(
         return Err(StoreError::NotPending(call_id.to_string()));
     }
     call.status = CallStatus::PendingApproval;
+    call.explanation = Some(explanation.to_owned());
     write_call(&tx, ctx, id, &EncodedCall::new(&call)?)?;
     tx.execute(
         "INSERT INTO pending_approvals (session_id, call_id, request, requested_at) VALUES (?1, ?2, ?3, ?4)

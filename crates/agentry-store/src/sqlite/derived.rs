@@ -10,8 +10,8 @@ use rusqlite::{Transaction, params};
 
 use super::Ctx;
 use super::rows::{EncodedCall, json, ts};
-use crate::recovery::state_of_result;
 use crate::{CallRecord, CallStatus, SessionId, StoreError};
+use agentry::memory::result_state;
 
 /// What one stored message says about calls.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub(super) fn call_changes(msg: &Msg) -> Result<Vec<CallChange>, StoreError> {
                 changes.push(CallChange::Made(EncodedCall::new(&record)?));
             }
             ContentBlock::ToolResult(result) => {
-                let state = state_of_result(msg, result);
+                let state = result_state(msg, result);
                 let record_json = msg.metadata.get("tool_call");
                 let time = |key: &str| {
                     record_json
@@ -59,6 +59,10 @@ pub(super) fn call_changes(msg: &Msg) -> Result<Vec<CallChange>, StoreError> {
                 record.decision_source = record_json
                     .and_then(|r| r.get("decision"))
                     .and_then(|d| serde_json::from_value::<DecisionSource>(d.clone()).ok());
+                record.explanation = record_json
+                    .and_then(|r| r.get("explanation"))
+                    .and_then(|e| e.as_str())
+                    .map(str::to_owned);
                 record.started_at = time("started_at");
                 record.finished_at = time("finished_at").or(Some(msg.timestamp));
                 record.status = CallStatus::Finished(state);
@@ -107,13 +111,14 @@ pub(super) fn apply(
                 tx.prepare_cached(
                     "INSERT INTO tool_calls (session_id, call_id, tool_name, arguments, state, terminal, outcome, \
                          phase, partial, stop_reason, partial_result, decision_source, idempotent, created_at, \
-                         started_at, finished_at, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15)
+                         started_at, finished_at, updated_at, explanation)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16)
                      ON CONFLICT (session_id, call_id) DO UPDATE SET
                          state = excluded.state, terminal = 1, outcome = excluded.outcome,
                          phase = excluded.phase, partial = excluded.partial,
                          stop_reason = excluded.stop_reason, partial_result = excluded.partial_result,
                          decision_source = coalesce(excluded.decision_source, tool_calls.decision_source),
+                         explanation = coalesce(excluded.explanation, tool_calls.explanation),
                          started_at = CASE WHEN excluded.state = 'declined' OR excluded.phase = 'before_start'
                              THEN NULL ELSE coalesce(tool_calls.started_at, excluded.started_at) END,
                          finished_at = excluded.finished_at, updated_at = excluded.updated_at
@@ -135,7 +140,8 @@ pub(super) fn apply(
                         call.created_at,
                         call.started_at,
                         call.finished_at,
-                        now
+                        now,
+                        call.explanation
                     ])
                 })
                 .map_err(|e| ctx.err(e))?;

@@ -428,9 +428,10 @@ impl SessionStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
         let call_id = call_id.clone();
+        let explanation = request.message.clone();
         let request =
             serde_json::to_string(request).map_err(|e| StoreError::encode("approval request", e))?;
-        self.run(move |conn, ctx| calls::request_approval(conn, ctx, &id, &call_id, &request))
+        self.run(move |conn, ctx| calls::request_approval(conn, ctx, &id, &call_id, &request, &explanation))
             .await
     }
 

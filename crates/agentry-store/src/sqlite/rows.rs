@@ -86,6 +86,7 @@ pub(crate) struct EncodedCall {
     pub(super) partial_result: Option<String>,
     pub(super) decision: Option<String>,
     pub(super) decision_source: Option<String>,
+    pub(super) explanation: Option<String>,
     pub(super) idempotent: bool,
     pub(super) progress: Option<String>,
     pub(super) created_at: String,
@@ -114,6 +115,7 @@ impl EncodedCall {
                 .decision_source
                 .map(|s| name_of("decision source", &s))
                 .transpose()?,
+            explanation: call.explanation.clone(),
             idempotent: call.idempotent,
             progress: call.progress.clone(),
             created_at: ts(call.created_at),
@@ -125,7 +127,7 @@ impl EncodedCall {
 
 /// The columns [`call_row`] reads, in order.
 pub(super) const CALL_COLUMNS: &str = "call_id, reply_id, message_id, tool_name, arguments, state, outcome, \
-     partial_result, decision, decision_source, idempotent, progress, created_at, started_at, finished_at";
+     partial_result, decision, decision_source, idempotent, progress, created_at, started_at, finished_at, explanation";
 
 /// Raw values of a call row.
 pub(super) struct CallRow {
@@ -144,6 +146,7 @@ pub(super) struct CallRow {
     created_at: String,
     started_at: Option<String>,
     finished_at: Option<String>,
+    explanation: Option<String>,
 }
 
 pub(super) fn call_row(row: &Row<'_>) -> rusqlite::Result<CallRow> {
@@ -163,6 +166,7 @@ pub(super) fn call_row(row: &Row<'_>) -> rusqlite::Result<CallRow> {
         created_at: row.get(12)?,
         started_at: row.get(13)?,
         finished_at: row.get(14)?,
+        explanation: row.get(15)?,
     })
 }
 
@@ -199,6 +203,7 @@ pub(super) fn call_record(row: CallRow) -> Result<CallRecord, StoreError> {
                     .map_err(|e| StoreError::decode("decision source", e))
             })
             .transpose()?,
+        explanation: row.explanation,
         progress: row.progress,
         created_at: parse_ts("call time", &row.created_at)?,
         started_at: parse_opt_ts("call time", row.started_at)?,

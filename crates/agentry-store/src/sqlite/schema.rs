@@ -61,7 +61,7 @@ CREATE TABLE tool_calls (
     stop_reason     TEXT,                -- user | reply | restart | timeout (Y3)
     partial_result  TEXT,
     decision        TEXT,                -- JSON ApprovalDecision
-    decision_source TEXT,                -- user | auto | session_grant | no_decision
+    decision_source TEXT,                -- user | auto | session_grant | no_decision (| rule, v4)
     idempotent      INTEGER NOT NULL DEFAULT 0,
     progress        TEXT,
     created_at      TEXT NOT NULL,
@@ -125,8 +125,14 @@ ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE usage ADD COLUMN cost_usd REAL;
 ";
 
+/// Version 4: a call keeps the explanation of its approval decision (the approval request's
+/// message, A5), also after the question is answered and for automatic decisions.
+const V4: &str = "
+ALTER TABLE tool_calls ADD COLUMN explanation TEXT;
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
 pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {

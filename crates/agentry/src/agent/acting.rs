@@ -10,7 +10,7 @@ use futures::future::join_all;
 use serde_json::{Map, Value, json};
 
 use super::AgentError;
-use super::approval::Approval;
+use super::approval::ApprovalPhase;
 use super::deadline::sleep_until;
 use super::events::AgentEvent;
 use super::react::ReplyCx;
@@ -20,9 +20,9 @@ use crate::memory::{Memory, MemoryError};
 use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ChatUsage;
 use crate::tool::{
-    CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause, CancelPhase,
-    CancelReason, DecisionSource, INTERRUPTED_RESTART, OnCancel, PreparedCall, ProgressFn, ToolCallState,
-    ToolContext, ToolResponse, UsageFn, UserAction, declined_text, timed_out_text,
+    ApprovalRequest, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause,
+    CancelPhase, CancelReason, DecisionSource, INTERRUPTED_RESTART, OnCancel, PreparedCall, ProgressFn,
+    ToolCallState, ToolContext, ToolResponse, UsageFn, UserAction, declined_text, timed_out_text,
 };
 
 /// Where a batch's results go in memory: right after the assistant message, in call order,
@@ -197,17 +197,11 @@ impl ReplyCx<'_> {
             Plan::Run(prepared) => prepared.policy().clone(),
             Plan::Finish(_) | Plan::Refused(_) | Plan::Repeat(_) => CallPolicy::default(),
         };
-        let mut decision = None;
-        let mut user_action = None;
-        if policy.require_approval && record.request_approval() {
-            match self.approve(&record, &call, &policy).await {
-                Approval::Approved(action, source) => {
-                    user_action = Some(action);
-                    decision = Some(source);
-                }
-                Approval::Closed(source) => decision = source,
-            }
-        }
+        let approval = match &plan {
+            Plan::Run(_) => self.approval_phase(&record, &call, &policy).await,
+            Plan::Finish(_) | Plan::Refused(_) | Plan::Repeat(_) => ApprovalPhase::none(),
+        };
+        let (decision, user_action) = (approval.source, approval.user_action);
 
         let mut structured_output = None;
         let mut metadata = Map::new();
@@ -289,7 +283,10 @@ impl ReplyCx<'_> {
         // The hooks may edit the output, not which call it answers.
         result.id = call_id.clone();
         trace::tool_finished(self.inner, span, &state, decision, policy.timeout, &result);
-        metadata.insert("tool_call".into(), call_record_json(&state, decision, started_at));
+        metadata.insert(
+            "tool_call".into(),
+            call_record_json(&state, decision, approval.request.as_ref(), started_at),
+        );
         msg.content = vec![ContentBlock::ToolResult(result)];
         msg.metadata = metadata;
         // Record first, then announce (X6, L3): whoever sees the last chunk or `ToolFinished`
@@ -326,32 +323,18 @@ impl ReplyCx<'_> {
             Some(self.usage_fn()),
             user_action,
             self.inner.config.settings.cancel_grace,
+            self.inner.config.settings.on_cancel_budget,
         );
         let mut chunks = self.inner.config.toolkit.run(prepared, call, ctx);
         let started = tokio::time::Instant::now();
-        let hard_limit = policy.progress_extends_timeout.map(|max| started + max);
-        let mut deadline = policy.timeout.map(|t| started + t);
-        let mut renewed = false;
+        let mut limits = Limits::new(started, policy);
         let mut timed_out = None;
         loop {
             tokio::select! {
                 biased;
                 () = record.token.cancelled() => break,
-                () = sleep_until(deadline) => {
-                    let now = tokio::time::Instant::now();
-                    // Progress renews a renewable timeout, never past the hard limit (T4).
-                    if let (Some(timeout), Some(limit), Some(at)) = (policy.timeout, hard_limit, record.progressed_at()) {
-                        let renewed_until = (at + timeout).min(limit);
-                        if renewed_until > now {
-                            deadline = Some(renewed_until);
-                            renewed = true;
-                            continue;
-                        }
-                    }
-                    let after = match (renewed, policy.timeout) {
-                        (false, Some(timeout)) => timeout,
-                        _ => Duration::from_millis((now - started).as_millis() as u64),
-                    };
+                () = sleep_until(limits.deadline) => {
+                    let Some(after) = limits.expired(record.progressed_at()) else { continue };
                     if record.time_out(after) {
                         timed_out = Some(after);
                         break;
@@ -388,7 +371,7 @@ impl ReplyCx<'_> {
             timed_out = Some(after);
         }
         let partial = run_on_cancel(
-            record.take_on_cancel(),
+            record.take_on_cancel_bounded(),
             self.inner.config.settings.on_cancel_budget,
             &self.inner.session.on_cancel_slots,
             &record.call_id,
@@ -446,24 +429,81 @@ impl ReplyCx<'_> {
     }
 }
 
+/// The time limits of a running call (T1, T4): its timeout, which progress may renew when the
+/// tool allows it, and the hard limit that nothing renews. Either alone limits the call.
+struct Limits {
+    started: tokio::time::Instant,
+    timeout: Option<Duration>,
+    /// When progress can no longer renew anything.
+    hard_limit: Option<tokio::time::Instant>,
+    /// When the call times out unless renewed.
+    deadline: Option<tokio::time::Instant>,
+    renewed: bool,
+}
+
+impl Limits {
+    fn new(started: tokio::time::Instant, policy: &CallPolicy) -> Self {
+        let timeout = policy.timeout;
+        let hard_limit = policy.progress_extends_timeout.map(|max| started + max);
+        let idle = timeout.map(|t| started + t);
+        let deadline = match (idle, hard_limit) {
+            (Some(idle), Some(limit)) => Some(idle.min(limit)),
+            (idle, limit) => idle.or(limit),
+        };
+        Limits {
+            started,
+            timeout,
+            hard_limit,
+            deadline,
+            renewed: false,
+        }
+    }
+
+    /// The deadline passed: `None` when progress since renews it (never past the hard limit),
+    /// else the time to report as the timeout.
+    fn expired(&mut self, progressed_at: Option<tokio::time::Instant>) -> Option<Duration> {
+        let now = tokio::time::Instant::now();
+        if let (Some(timeout), Some(limit), Some(at)) = (self.timeout, self.hard_limit, progressed_at) {
+            let renewed_until = (at + timeout).min(limit);
+            if renewed_until > now {
+                self.deadline = Some(renewed_until);
+                self.renewed = true;
+                return None;
+            }
+        }
+        let at_limit = self.hard_limit.is_some_and(|limit| now >= limit);
+        Some(match self.timeout {
+            Some(timeout) if !self.renewed && !at_limit => timeout,
+            _ => Duration::from_millis((now - self.started).as_millis() as u64),
+        })
+    }
+}
+
 /// Runs `on_cancel` off the tool's task within `budget` (X10); its non-blank text, if any.
 ///
 /// A callback cannot be stopped once it runs, so one that never returns keeps its thread and its
 /// slot for good; with every slot held, callbacks are skipped (the standard text is used) rather
 /// than piling up threads without bound.
+///
+/// A bounded callback (the runtime's own, returning within the budget by construction) needs
+/// no slot: it is never skipped (L4).
 async fn run_on_cancel(
-    callback: Option<OnCancel>,
+    callback: Option<(OnCancel, bool)>,
     budget: Duration,
     slots: &Arc<tokio::sync::Semaphore>,
     call_id: &str,
 ) -> Option<String> {
-    let callback = callback?;
-    let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
-        tracing::warn!(
-            call_id,
-            "every on_cancel slot is held by a callback that has not returned; the standard cancelled result is used"
-        );
-        return None;
+    let (callback, bounded) = callback?;
+    let slot = match Arc::clone(slots).try_acquire_owned() {
+        Ok(slot) => Some(slot),
+        Err(_) if bounded => None,
+        Err(_) => {
+            tracing::warn!(
+                call_id,
+                "every on_cancel slot is held by a callback that has not returned; the standard cancelled result is used"
+            );
+            return None;
+        }
     };
     let task = tokio::task::spawn_blocking(move || {
         let _slot = slot;
@@ -535,10 +575,12 @@ fn stopped_content(
     vec![ContentBlock::text(text)]
 }
 
-/// What memory keeps of the call besides its output (Y3).
+/// What memory keeps of the call besides its output (Y3): its state, who decided and the
+/// approval request's message as the explanation (A5), and its times.
 fn call_record_json(
     state: &ToolCallState,
     decision: Option<DecisionSource>,
+    request: Option<&ApprovalRequest>,
     started_at: chrono::DateTime<Utc>,
 ) -> Value {
     let mut record = serde_json::to_value(state).unwrap_or_else(|_| json!({"state": state.name()}));
@@ -549,8 +591,37 @@ fn call_record_json(
                 serde_json::to_value(source).unwrap_or(Value::Null),
             );
         }
+        if let Some(request) = request {
+            map.insert("explanation".into(), json!(request.message));
+        }
         map.insert("started_at".into(), json!(started_at.to_rfc3339()));
         map.insert("finished_at".into(), json!(Utc::now().to_rfc3339()));
     }
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// L4, X10: with every slot held by callbacks that never returned, a tool's callback is
+    /// skipped (threads stay bounded), but a bounded one of the runtime's (the MCP
+    /// notification) still runs.
+    #[tokio::test]
+    async fn l4_x10_a_bounded_callback_runs_without_a_free_slot_and_a_tools_does_not() {
+        let held = Arc::new(tokio::sync::Semaphore::new(0));
+        let budget = Duration::from_secs(5);
+        let tools: OnCancel = Box::new(|| Some("tool".into()));
+        assert_eq!(
+            run_on_cancel(Some((tools, false)), budget, &held, "c1").await,
+            None
+        );
+        let runtimes: OnCancel = Box::new(|| Some("notified".into()));
+        assert_eq!(
+            run_on_cancel(Some((runtimes, true)), budget, &held, "c2")
+                .await
+                .as_deref(),
+            Some("notified")
+        );
+    }
 }

@@ -11,8 +11,8 @@ use super::events::AgentEvent;
 use super::react::ReplyCx;
 use crate::message::ToolUseBlock;
 use crate::tool::{
-    ApprovalDecision, ApprovalRequest, CallPolicy, CallRecord, DecisionSource, ToolCallState, UserAction,
-    grant_key,
+    ApprovalDecision, ApprovalRequest, CallPolicy, CallRecord, DecisionSource, RuleEffect, RuleMatch,
+    ToolCallState, UserAction, grant_key,
 };
 
 /// How the approval phase ended.
@@ -23,21 +23,101 @@ pub(super) enum Approval {
     Closed(Option<DecisionSource>),
 }
 
+/// The approval phase of one call, as the loop needs it.
+pub(super) struct ApprovalPhase {
+    /// What the body is told (`None`: it needed no approval, or it will not run).
+    pub(super) user_action: Option<UserAction>,
+    /// Who decided, when someone or something did.
+    pub(super) source: Option<DecisionSource>,
+    /// What the user was, or would have been, asked: its message is the decision's
+    /// explanation, recorded with the call (A5).
+    pub(super) request: Option<ApprovalRequest>,
+}
+
+impl ApprovalPhase {
+    /// No approval phase: the call is not a tool's (a finish call, a refusal, a repeat).
+    pub(super) fn none() -> Self {
+        ApprovalPhase {
+            user_action: None,
+            source: None,
+            request: None,
+        }
+    }
+}
+
 /// The reason of a call declined because nobody could decide (A15).
 pub(super) const NO_DECISION: &str = "no decision";
 
+/// A decision taken without the user, and why.
+enum Automatic {
+    Approve(DecisionSource),
+    Decline {
+        reason: Option<String>,
+        decision: ApprovalDecision,
+        source: DecisionSource,
+    },
+}
+
 impl ReplyCx<'_> {
-    /// Asks for approval (A3 order: session deny grant, session allow grant, auto-approval, the
-    /// user). Fails closed: no listener, a closed channel or the approval timeout decline (A15).
-    pub(super) async fn approve(
+    /// The approval phase of `call` (spec 3.2): a deny rule declines it whether it needs
+    /// approval or not (A20); a call that needs approval then goes through [`Self::approve`].
+    pub(super) async fn approval_phase(
         &self,
         record: &Arc<CallRecord>,
         call: &ToolUseBlock,
         policy: &CallPolicy,
-    ) -> Approval {
+    ) -> ApprovalPhase {
+        let mut phase = ApprovalPhase::none();
+        let rules = &self.inner.config.settings.permissions;
         let empty = Map::new();
         let args = call.input.as_object().unwrap_or(&empty);
-        let request = request_for(&call.name, args, policy);
+        let verdict = (!rules.is_empty())
+            .then(|| rules.verdict(&call.name, policy.rule_subject.as_deref(), args))
+            .flatten();
+        let denied = verdict.as_ref().filter(|v| v.effect == RuleEffect::Deny);
+        if !(policy.require_approval || denied.is_some()) || !record.request_approval() {
+            return phase;
+        }
+        // Exactly once per call that needs approval, whoever decides (A5); the generic request
+        // for a call that only a deny rule stops.
+        let request = match policy.require_approval {
+            true => request_for(&call.name, args, policy),
+            false => ApprovalRequest::generic(&call.name, args),
+        };
+        phase.request = Some(request.clone());
+        let approval = match self.automatic(call, args, policy, verdict.as_ref()) {
+            Some(automatic) => self.decide_automatically(record, call, request, automatic),
+            None => self.approve(record, call, policy, request).await,
+        };
+        match approval {
+            Approval::Approved(action, source) => {
+                phase.user_action = Some(action);
+                phase.source = Some(source);
+            }
+            Approval::Closed(source) => phase.source = source,
+        }
+        phase
+    }
+
+    /// A decision that needs nobody, in this order (A3, A20): deny rule, session deny grant,
+    /// allow rule, session allow grant, auto-approval.
+    fn automatic(
+        &self,
+        call: &ToolUseBlock,
+        args: &Map<String, Value>,
+        policy: &CallPolicy,
+        verdict: Option<&RuleMatch>,
+    ) -> Option<Automatic> {
+        if let Some(rule) = verdict.filter(|v| v.effect == RuleEffect::Deny) {
+            let reason = Some(format!("a permission rule forbids it ({})", rule.rule));
+            return Some(Automatic::Decline {
+                decision: ApprovalDecision::Decline {
+                    reason: reason.clone(),
+                },
+                reason,
+                source: DecisionSource::Rule,
+            });
+        }
         let key = grant_key(&call.name, args, policy.session_scope);
         let grant = self
             .inner
@@ -47,25 +127,53 @@ impl ReplyCx<'_> {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
             .cloned();
-        let automatic = match grant {
-            Some(Grant::Deny { reason }) => {
-                self.requested(call, request, true);
-                let decision = ApprovalDecision::DeclineForSession {
+        match grant {
+            Some(Grant::Deny { reason }) => Some(Automatic::Decline {
+                decision: ApprovalDecision::DeclineForSession {
                     reason: reason.clone(),
-                };
-                return self.decline(record, decision, reason, true, DecisionSource::SessionGrant);
+                },
+                reason,
+                source: DecisionSource::SessionGrant,
+            }),
+            _ if verdict.is_some_and(|v| v.effect == RuleEffect::Allow) => {
+                Some(Automatic::Approve(DecisionSource::Rule))
             }
-            Some(Grant::Allow) => Some(DecisionSource::SessionGrant),
+            Some(Grant::Allow) => Some(Automatic::Approve(DecisionSource::SessionGrant)),
             None if self.inner.config.settings.auto_approve_tools && policy.auto_approve => {
-                Some(DecisionSource::Auto)
+                Some(Automatic::Approve(DecisionSource::Auto))
             }
             None => None,
-        };
-        if let Some(source) = automatic {
-            self.requested(call, request, true);
-            return self.approved(record, ApprovalDecision::Approve, true, source);
         }
+    }
 
+    /// Announces and applies a decision nobody had to take (A7).
+    fn decide_automatically(
+        &self,
+        record: &CallRecord,
+        call: &ToolUseBlock,
+        request: ApprovalRequest,
+        automatic: Automatic,
+    ) -> Approval {
+        self.requested(call, request, true);
+        match automatic {
+            Automatic::Approve(source) => self.approved(record, ApprovalDecision::Approve, true, source),
+            Automatic::Decline {
+                reason,
+                decision,
+                source,
+            } => self.decline(record, decision, reason, true, source),
+        }
+    }
+
+    /// Asks the user. Fails closed: no listener, a closed channel or the approval timeout
+    /// decline (A15).
+    async fn approve(
+        &self,
+        record: &Arc<CallRecord>,
+        call: &ToolUseBlock,
+        policy: &CallPolicy,
+        request: ApprovalRequest,
+    ) -> Approval {
         if !self.active.has_listeners(&self.inner.events) {
             // Nobody can see the request: fail closed (A15).
             let decision = ApprovalDecision::Decline {
@@ -87,30 +195,7 @@ impl ReplyCx<'_> {
             hook.approval_requested(&self.hook_cx, call, &request).await;
         }
         self.requested(call, request, false);
-        let deadline = self
-            .inner
-            .config
-            .settings
-            .approval_timeout
-            .map(|t| tokio::time::Instant::now() + t);
-        let no_decision = || {
-            Some((
-                ApprovalDecision::Decline {
-                    reason: Some(NO_DECISION.into()),
-                },
-                DecisionSource::NoDecision,
-            ))
-        };
-        let decided = tokio::select! {
-            answer = answer => match answer {
-                Ok(decision) => Some((decision, DecisionSource::User)),
-                // The sender went away: the call was cancelled while pending.
-                Err(_) => None,
-            },
-            () = record.token.cancelled() => None,
-            () = sleep_until(deadline) => no_decision(),
-            () = sink_closed(self.active.sink.as_ref()) => no_decision(),
-        };
+        let decided = self.wait_for_decision(record, answer).await;
         self.active.forget_decision(&record.call_id);
         if let Some((decision, source)) = &decided {
             for (_, hook) in self.hooks.iter() {
@@ -126,6 +211,56 @@ impl ReplyCx<'_> {
             self.withdrawn(record);
             return Approval::Closed(None);
         };
+        let empty = Map::new();
+        let key = grant_key(
+            &call.name,
+            call.input.as_object().unwrap_or(&empty),
+            policy.session_scope,
+        );
+        self.apply_decision(record, key, decision, source).await
+    }
+
+    /// The user's answer, a cancel of the call (`None`), or no decision (the approval timeout,
+    /// or the reply's listener gone: A15).
+    async fn wait_for_decision(
+        &self,
+        record: &CallRecord,
+        answer: tokio::sync::oneshot::Receiver<ApprovalDecision>,
+    ) -> Option<(ApprovalDecision, DecisionSource)> {
+        let deadline = self
+            .inner
+            .config
+            .settings
+            .approval_timeout
+            .map(|t| tokio::time::Instant::now() + t);
+        let no_decision = || {
+            Some((
+                ApprovalDecision::Decline {
+                    reason: Some(NO_DECISION.into()),
+                },
+                DecisionSource::NoDecision,
+            ))
+        };
+        tokio::select! {
+            answer = answer => match answer {
+                Ok(decision) => Some((decision, DecisionSource::User)),
+                // The sender went away: the call was cancelled while pending.
+                Err(_) => None,
+            },
+            () = record.token.cancelled() => None,
+            () = sleep_until(deadline) => no_decision(),
+            () = sink_closed(self.active.sink.as_ref()) => no_decision(),
+        }
+    }
+
+    /// Applies the user's decision: grants stored (A12, A13), a stop cancels the reply (A11).
+    async fn apply_decision(
+        &self,
+        record: &CallRecord,
+        key: String,
+        decision: ApprovalDecision,
+        source: DecisionSource,
+    ) -> Approval {
         match decision {
             ApprovalDecision::Approve => self.approved(record, decision, false, source),
             ApprovalDecision::ApproveForSession => {

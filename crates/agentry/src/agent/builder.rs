@@ -11,8 +11,8 @@ use super::{AgentConfig, AgentError, AgentHook, AgentInner, ReActAgent, SessionS
 use crate::memory::{InMemoryMemory, Memory};
 use crate::message::Msg;
 use crate::model::ChatModel;
-use crate::tool::DEFAULT_CANCEL_GRACE;
-use crate::tool::Toolkit;
+use crate::tool::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET};
+use crate::tool::{PermissionRules, Toolkit};
 use crate::usage::{PriceTable, ReplyBudget};
 
 /// Builder of a [`ReActAgent`]; only the model is required.
@@ -41,6 +41,8 @@ pub struct ReActAgentBuilder {
     tracer: Option<Arc<opentelemetry::global::BoxedTracer>>,
     prices: PriceTable,
     budget: ReplyBudget,
+    grants: HashMap<String, super::SessionGrant>,
+    permissions: PermissionRules,
 }
 
 /// How many `on_cancel` callbacks may run at once per agent by default.
@@ -135,6 +137,23 @@ impl ReActAgentBuilder {
     /// Let the model switch tool groups with the meta tool (default false).
     pub fn enable_meta_tool(mut self, enable: bool) -> Self {
         self.enable_meta_tool = enable;
+        self
+    }
+
+    /// Session approval grants the agent starts with (A14), as a store kept them from an earlier
+    /// run of the same session: see [`ReActAgent::session_grants`](super::ReActAgent::session_grants)
+    /// for their keys. Later ones replace earlier ones with the same key.
+    pub fn session_grants(mut self, grants: impl IntoIterator<Item = (String, super::SessionGrant)>) -> Self {
+        self.grants.extend(grants);
+        self
+    }
+
+    /// Permission rules (A20): calls a deny rule covers are declined without asking, also for
+    /// tools that need no approval; calls an allow rule covers run without asking; the rest is
+    /// asked as before. Deny wins. Rules never widen what a tool itself refuses (its `check`,
+    /// e.g. a working-directory confinement).
+    pub fn permissions(mut self, rules: PermissionRules) -> Self {
+        self.permissions = rules;
         self
     }
 
@@ -257,10 +276,11 @@ impl ReActAgentBuilder {
                     },
                     settings: Settings {
                         auto_approve_tools: self.auto_approve_tools,
-                        on_cancel_budget: self.on_cancel_budget.unwrap_or(Duration::from_millis(100)),
+                        on_cancel_budget: self.on_cancel_budget.unwrap_or(DEFAULT_ON_CANCEL_BUDGET),
                         cancel_grace: self.cancel_grace.unwrap_or(DEFAULT_CANCEL_GRACE),
                         approval_timeout: self.approval_timeout,
                         interrupted_note: !self.no_interrupted_note,
+                        permissions: self.permissions,
                     },
                 },
                 session: SessionState {
@@ -272,7 +292,7 @@ impl ReActAgentBuilder {
                     on_cancel_slots: Arc::new(tokio::sync::Semaphore::new(
                         self.on_cancel_limit.unwrap_or(DEFAULT_ON_CANCEL_LIMIT),
                     )),
-                    grants: Mutex::new(HashMap::new()),
+                    grants: Mutex::new(self.grants),
                     memory_checked: AtomicBool::new(false),
                 },
                 hooks: RwLock::new(self.hooks.into()),

@@ -27,6 +27,10 @@ pub enum ApprovalError {
     /// (spec A16). Nothing changed.
     #[error("the call {:?} is not waiting for approval", .0.as_str())]
     NotPending(CallId),
+    /// The call was cancelled before the decision came: it did not run and the decision
+    /// changed nothing (A16, S2).
+    #[error("the call {:?} was cancelled before the decision: it did not run, and nothing was decided", .0.as_str())]
+    Cancelled(CallId),
 }
 
 #[derive(Default)]
@@ -230,11 +234,23 @@ impl ActiveReply {
 
     fn decide(&self, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
         let sender = self.state().approvals.remove(call_id);
-        match sender {
-            Some(sender) => sender
-                .send(decision)
-                .map_err(|_| ApprovalError::NotPending(call_id.into())),
-            None => Err(ApprovalError::NotPending(call_id.into())),
+        let record = self.call(call_id);
+        let (Some(sender), Some(record)) = (sender, record.as_ref()) else {
+            return Err(self.refusal(call_id, record.as_deref()));
+        };
+        // Handed over while the call still waits, under its lock: a cancel that committed
+        // first wins and the decision is refused as such, never accepted without effect.
+        match record.while_pending_approval(|| sender.send(decision).is_ok()) {
+            Some(true) => Ok(()),
+            _ => Err(self.refusal(call_id, Some(record.as_ref()))),
+        }
+    }
+
+    /// Why a decision for `call_id` is refused: the call was cancelled, or it is not waiting.
+    fn refusal(&self, call_id: &str, record: Option<&CallRecord>) -> ApprovalError {
+        match record.and_then(CallRecord::terminal) {
+            Some(ToolCallState::Cancelled { .. }) => ApprovalError::Cancelled(call_id.into()),
+            _ => ApprovalError::NotPending(call_id.into()),
         }
     }
 
@@ -303,7 +319,13 @@ impl AgentHandle {
         {
             return reply.cancel_record(&self.inner.events, &record, CancelReason::User);
         }
-        match self.inner.finished_call(&call_id) {
+        // Calls this agent no longer remembers (beyond the bound, or of a session another
+        // process ran) are in memory, with their result (C3).
+        let finished = self
+            .inner
+            .finished_call(&call_id)
+            .or_else(|| self.inner.config.memory.finished_call(&call_id));
+        match finished {
             Some(ToolCallState::Cancelled { .. }) => CancelOutcome::AlreadyCancelled,
             Some(state) => CancelOutcome::AlreadyFinished(Some(state)),
             None => CancelOutcome::NotFound,
@@ -349,5 +371,33 @@ impl AgentHandle {
     /// Whether a reply is running now.
     pub fn is_replying(&self) -> bool {
         self.inner.active_reply().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::CancellationToken;
+
+    /// A16, S2 at the exact interleaving: a cancel has committed on the call (its record is
+    /// cancelled) but has not yet withdrawn the question from the reply. A decision now would
+    /// have no effect, so it is refused, saying why.
+    #[test]
+    fn a16_a_decision_between_a_cancels_commit_and_its_withdrawal_is_refused_as_cancelled() {
+        let hub = EventHub::default();
+        let reply = super::super::react::new_reply(None);
+        let record = CallRecord::new("c".into(), "tool".into(), CancellationToken::new(), false);
+        reply.register(&hub, &record);
+        assert!(record.request_approval());
+        let mut answer = reply.expect_decision(&record).unwrap();
+        let _ = record.cancel(CancelReason::User, || {});
+        assert_eq!(
+            reply.decide("c", ApprovalDecision::Approve),
+            Err(ApprovalError::Cancelled("c".into()))
+        );
+        assert!(
+            answer.try_recv().is_err(),
+            "nothing was handed to the waiting call"
+        );
     }
 }

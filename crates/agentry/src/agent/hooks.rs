@@ -31,9 +31,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::ReplyId;
-use crate::agent::SessionGrant;
+use crate::agent::{SessionGrant, StopReason};
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
-use crate::model::ToolChoice;
+use crate::model::{ChatUsage, ToolChoice};
 use crate::tool::{ApprovalDecision, ApprovalRequest, DecisionSource, ToolCallState};
 
 /// Where a hook is running.
@@ -45,6 +45,19 @@ pub struct HookContext {
     pub reply_id: ReplyId,
     /// The reasoning/acting round, from 0.
     pub iteration: usize,
+}
+
+/// How a reply ended, as [`AgentHook::reply_finished`] sees it (the same figures as
+/// [`AgentEvent::ReplyFinished`](super::AgentEvent::ReplyFinished)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReplyEnd {
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// Tokens used by all model calls of the reply, and reported by its tools.
+    pub usage: ChatUsage,
+    /// What it cost in US dollars, when the model's price is known.
+    pub cost: Option<f64>,
 }
 
 /// Code run around the agent's steps. Every method has an empty default; implement the ones
@@ -91,6 +104,11 @@ pub trait AgentHook: Send + Sync + 'static {
     /// is declined, so that a store keeps the grant even if the process dies during the call.
     /// The same grants are listed by [`ReActAgent::session_grants`](super::ReActAgent::session_grants).
     async fn session_grant_stored(&self, _ctx: &HookContext, _key: &str, _grant: &SessionGrant) {}
+    /// The reply ended, whatever its end (answered, cancelled, stopped by a budget, failed):
+    /// everything it did is in memory, and `ReplyFinished` is emitted once every hook has
+    /// returned. A store records the reply's token use here, so whoever sees `ReplyFinished`
+    /// can read it.
+    async fn reply_finished(&self, _ctx: &HookContext, _end: &ReplyEnd) {}
     /// Before a message event is emitted; may change what is shown.
     async fn pre_print(&self, _ctx: &HookContext, _msg: &mut Msg, _last: bool) {}
     /// After a message event was emitted.

@@ -52,7 +52,7 @@ pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
 pub use finished::DEFAULT_FINISHED_CALLS;
 pub use handle::{AgentHandle, ApprovalError};
-pub use hooks::{AgentHook, HookContext};
+pub use hooks::{AgentHook, HookContext, ReplyEnd};
 pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note};
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
 pub use trace::{TRACE_CONTENT_ENV, clear_default_tracer, set_default_tracer};
@@ -135,6 +135,7 @@ pub(crate) struct Settings {
     pub(crate) cancel_grace: Duration,
     pub(crate) approval_timeout: Option<Duration>,
     pub(crate) interrupted_note: bool,
+    pub(crate) permissions: crate::tool::PermissionRules,
 }
 
 /// What the builder set: it never changes for the life of the agent.

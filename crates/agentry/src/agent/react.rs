@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::events::{AgentEvent, StopReason};
 use super::handle::ActiveReply;
-use super::hooks::HookContext;
+use super::hooks::{HookContext, ReplyEnd};
 use super::repeats::RepeatedCalls;
 use super::shim::TextCallShim;
 use super::structured::{STRUCTURED_REQUIRED_HINT, StructuredSpec, TEXT_AFTER_STRUCTURED_HINT};
@@ -129,12 +129,21 @@ impl<'a> ReplyCx<'a> {
             .unwrap_or_else(|e| e.into_inner())
             .extend(calls);
         *inner.session.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        trace::reply_finished(inner, &cx.agent_span, &outcome, &cx.active.meter.usage());
+        let usage = cx.active.meter.usage();
+        trace::reply_finished(inner, &cx.agent_span, &outcome, &usage);
+        let end = ReplyEnd {
+            stop_reason,
+            usage,
+            cost: cx.active.meter.cost(),
+        };
+        for (_, hook) in cx.hooks.iter() {
+            hook.reply_finished(&cx.hook_cx, &end).await;
+        }
         cx.emit_with(|| AgentEvent::ReplyFinished {
             reply_id: reply_id.clone(),
-            stop_reason,
-            usage: cx.active.meter.usage(),
-            cost: cx.active.meter.cost(),
+            stop_reason: end.stop_reason,
+            usage: end.usage,
+            cost: end.cost,
         });
         outcome.map(|(msg, _)| msg)
     }

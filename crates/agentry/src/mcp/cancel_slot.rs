@@ -16,6 +16,9 @@ pub(crate) struct CancelSlot {
     handed_over: Condvar,
     /// Where the rest of a send goes once the notification is queued.
     runtime: tokio::runtime::Handle,
+    /// How long a cancel waits for a request being handed over: within the agent's
+    /// `on_cancel` budget, so the notification is queued before the agent stops waiting.
+    handover_wait: Duration,
     /// Called once per notification queued (the client's count, for tests and `mcp list`).
     on_queued: Box<dyn Fn() + Send + Sync>,
 }
@@ -29,15 +32,22 @@ enum Slot {
     Closed,
 }
 
-/// How long a cancel waits for a request that is being handed to the transport.
+/// The longest a cancel waits for a request that is being handed to the transport.
 const HANDOVER_WAIT: Duration = Duration::from_millis(100);
 
 impl CancelSlot {
-    pub(crate) fn new(runtime: tokio::runtime::Handle, on_queued: impl Fn() + Send + Sync + 'static) -> Self {
+    /// A slot whose cancel runs within `budget` (the agent's `on_cancel` budget): it waits at
+    /// most half of it for a request being handed over.
+    pub(crate) fn new(
+        runtime: tokio::runtime::Handle,
+        budget: Duration,
+        on_queued: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
         CancelSlot {
             state: Mutex::new(Slot::Sending),
             handed_over: Condvar::new(),
             runtime,
+            handover_wait: HANDOVER_WAIT.min(budget / 2),
             on_queued: Box::new(on_queued),
         }
     }
@@ -72,14 +82,14 @@ impl CancelSlot {
     }
 
     /// Cancels the request: enqueues `notifications/cancelled` if it went out and was not
-    /// answered. Blocks (at most [`HANDOVER_WAIT`]) while the request is being handed over, so
+    /// answered. Blocks (at most the hand-over wait) while the request is being handed over, so
     /// the notification is queued before this returns; otherwise the request's sender sends it.
     pub(crate) fn cancel(&self, reason: &'static str) {
         let mut state = self.lock();
         if matches!(*state, Slot::Sending) {
             state = self
                 .handed_over
-                .wait_timeout_while(state, HANDOVER_WAIT, |s| matches!(s, Slot::Sending))
+                .wait_timeout_while(state, self.handover_wait, |s| matches!(s, Slot::Sending))
                 .map(|(state, _)| state)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
@@ -158,6 +168,24 @@ mod tests {
         (peer, lines_rx)
     }
 
+    /// L4: a cancel racing the hand-over never waits as long as the agent waits for
+    /// `on_cancel`, so the notification is queued before the agent gives up on the callback.
+    #[test]
+    fn l4_the_handover_wait_stays_within_the_on_cancel_budget() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        for budget in [
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        ] {
+            let slot = CancelSlot::new(runtime.handle().clone(), budget, || {});
+            assert!(slot.handover_wait < budget, "{budget:?}");
+            assert!(slot.handover_wait <= HANDOVER_WAIT, "{budget:?}");
+        }
+    }
+
     /// L4, decisively: `cancel` puts the notification on the connection before it returns. The
     /// slot's own runtime is never driven, so a notification merely handed to a task there
     /// would never leave; the connection's runtime delivers what was queued.
@@ -174,7 +202,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let queued = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&queued);
-        let slot = CancelSlot::new(idle.handle().clone(), move || {
+        let slot = CancelSlot::new(idle.handle().clone(), Duration::from_millis(100), move || {
             counter.fetch_add(1, Ordering::SeqCst);
         });
         slot.sent(peer, RequestId::Number(7), None);

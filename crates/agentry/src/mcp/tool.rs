@@ -81,12 +81,16 @@ impl McpTool {
         // agent runs `on_cancel` before it records the cancelled result). It hands back
         // nothing (M9).
         let client = self.client.clone();
-        let slot = Arc::new(CancelSlot::new(tokio::runtime::Handle::current(), move || {
-            client.count_cancel_notification()
-        }));
+        let slot = Arc::new(CancelSlot::new(
+            tokio::runtime::Handle::current(),
+            ctx.on_cancel_budget(),
+            move || client.count_cancel_notification(),
+        ));
         {
             let (slot, reason_ctx) = (Arc::clone(&slot), ctx.clone());
-            ctx.set_on_cancel(move || {
+            // Bounded (the hand-over wait is within the budget): never skipped for want of a
+            // slot, so the notification always goes before the result is recorded (L4).
+            ctx.set_bounded_on_cancel(move || {
                 slot.cancel(cancel_reason(&reason_ctx));
                 None
             });

@@ -23,7 +23,8 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::CallId;
-use crate::message::{Msg, ToolUseBlock};
+use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
+use crate::tool::ToolCallState;
 
 /// Why a memory operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +79,29 @@ pub trait Memory: Send + Sync {
     async fn tool_call_counts(&self) -> Result<BTreeMap<String, usize>, MemoryError> {
         Ok(tool_call_counts(&self.messages().await?))
     }
+
+    /// How the call `call_id` ended, read off its stored result ([`result_state`]), when this
+    /// memory can tell at once (no I/O, no waiting for a lock held across I/O); `None` when it
+    /// holds no result for it or cannot tell now. The agent asks when a cancel names a call it
+    /// no longer remembers, e.g. one of a session reopened by another process (C3). The
+    /// default knows nothing.
+    fn finished_call(&self, _call_id: &str) -> Option<ToolCallState> {
+        None
+    }
+}
+
+/// The terminal state of the call that `result` (in `msg`) answers: the state the agent wrote
+/// into the message's `tool_call` metadata, else completed or failed by the result's error flag
+/// (results written by other programs).
+pub fn result_state(msg: &Msg, result: &ToolResultBlock) -> ToolCallState {
+    msg.metadata
+        .get("tool_call")
+        .and_then(|v| serde_json::from_value::<ToolCallState>(v.clone()).ok())
+        .unwrap_or(if result.is_error {
+            ToolCallState::Failed
+        } else {
+            ToolCallState::Completed
+        })
 }
 
 /// A shared memory is a memory: the application can keep a handle on the agent's memory.
@@ -113,6 +137,10 @@ impl<T: Memory + ?Sized> Memory for std::sync::Arc<T> {
 
     async fn tool_call_counts(&self) -> Result<BTreeMap<String, usize>, MemoryError> {
         (**self).tool_call_counts().await
+    }
+
+    fn finished_call(&self, call_id: &str) -> Option<ToolCallState> {
+        (**self).finished_call(call_id)
     }
 }
 
@@ -333,6 +361,15 @@ impl Memory for InMemoryMemory {
         state.msgs.clear();
         state.ids.clear();
         Ok(())
+    }
+
+    fn finished_call(&self, call_id: &str) -> Option<ToolCallState> {
+        let state = self.state();
+        state.msgs.iter().rev().find_map(|msg| {
+            msg.tool_results()
+                .find(|r| r.id == call_id)
+                .map(|result| result_state(msg, result))
+        })
     }
 }
 

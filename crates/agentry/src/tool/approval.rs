@@ -87,6 +87,8 @@ pub enum DecisionSource {
     SessionGrant,
     /// Nobody could decide (no listener, closed channel, timeout): declined, fail-closed.
     NoDecision,
+    /// A permission rule of the user's configuration (A20).
+    Rule,
 }
 
 /// What an approved tool's body is told (spec A8). The body never runs unless

@@ -204,6 +204,9 @@ pub(crate) enum Phase {
 struct Inner {
     phase: Phase,
     on_cancel: Option<OnCancel>,
+    /// The callback returns within a bound of its own (the runtime's MCP notification), so it
+    /// needs no `on_cancel` slot (L4).
+    on_cancel_bounded: bool,
     /// When the body last reported progress (renewable timeouts, T4).
     progressed_at: Option<tokio::time::Instant>,
 }
@@ -244,6 +247,7 @@ impl CallRecord {
                     Phase::Queued
                 },
                 on_cancel: None,
+                on_cancel_bounded: false,
                 progressed_at: None,
             }),
         })
@@ -387,19 +391,35 @@ impl CallRecord {
     }
 
     /// The callback registered for this call, taken out of the slot (at most once, X5).
+    #[cfg(test)]
     pub(crate) fn take_on_cancel(&self) -> Option<OnCancel> {
-        self.lock().on_cancel.take()
+        self.take_on_cancel_bounded().map(|(callback, _)| callback)
     }
 
-    /// Registers `on_cancel` if the call is running (X2, X3).
-    pub(crate) fn set_on_cancel(&self, callback: OnCancel) -> bool {
+    /// [`Self::take_on_cancel`], and whether the callback returns within a bound of its own.
+    pub(crate) fn take_on_cancel_bounded(&self) -> Option<(OnCancel, bool)> {
+        let mut inner = self.lock();
+        let bounded = std::mem::take(&mut inner.on_cancel_bounded);
+        inner.on_cancel.take().map(|callback| (callback, bounded))
+    }
+
+    /// Registers `on_cancel` if the call is running (X2, X3); `bounded` when it returns within
+    /// a bound of its own.
+    pub(crate) fn set_on_cancel(&self, callback: OnCancel, bounded: bool) -> bool {
         let mut inner = self.lock();
         if matches!(inner.phase, Phase::Running) {
             inner.on_cancel = Some(callback);
+            inner.on_cancel_bounded = bounded;
             true
         } else {
             false
         }
+    }
+
+    /// [`Self::set_on_cancel`] of a callback with no bound of its own, as tools register them.
+    #[cfg(test)]
+    pub(crate) fn set_on_cancel_box(&self, callback: OnCancel) -> bool {
+        self.set_on_cancel(callback, false)
     }
 
     /// Removes the registered `on_cancel` if the call is running.
@@ -421,6 +441,13 @@ impl CallRecord {
         } else {
             false
         }
+    }
+
+    /// Runs `f` while the call waits for approval, under the lock, so that a cancel cannot
+    /// commit in between; `None` when it no longer waits.
+    pub(crate) fn while_pending_approval<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        let inner = self.lock();
+        matches!(inner.phase, Phase::PendingApproval).then(f)
     }
 
     /// When the body last reported progress.
@@ -481,7 +508,7 @@ mod tests {
         assert!(!queued.start(), "a cancelled call never starts (P1)");
         let running = record();
         running.start();
-        assert!(running.set_on_cancel(Box::new(|| Some("partial".into()))));
+        assert!(running.set_on_cancel_box(Box::new(|| Some("partial".into()))));
         assert!(matches!(
             running.cancel(CancelReason::Reply, || {}),
             CancelCommit::Running
@@ -492,7 +519,7 @@ mod tests {
             "a late completion loses (S2)"
         );
         assert!(
-            !running.set_on_cancel(Box::new(|| None)),
+            !running.set_on_cancel_box(Box::new(|| None)),
             "no registration after the cancel (X2)"
         );
         assert_eq!(

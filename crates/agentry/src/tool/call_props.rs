@@ -163,7 +163,7 @@ fn step(r: &CallRecord, model: &mut Model, op: Op, seed: u64) {
         }
         Op::Register => {
             let expected = *model == Model::Running;
-            assert_eq!(r.set_on_cancel(Box::new(|| None)), expected, "X2: {context}");
+            assert_eq!(r.set_on_cancel_box(Box::new(|| None)), expected, "X2: {context}");
         }
     }
     let terminal = match model {
@@ -305,9 +305,9 @@ fn s1_s2_racing_transitions_commit_exactly_one() {
 #[test]
 fn x2_registration_outside_running_is_not_kept() {
     let pending = CallRecord::new("c".into(), "t".into(), CancellationToken::new(), true);
-    assert!(!pending.set_on_cancel(Box::new(|| Some("too early".into()))));
+    assert!(!pending.set_on_cancel_box(Box::new(|| Some("too early".into()))));
     assert!(pending.approve());
-    assert!(!pending.set_on_cancel(Box::new(|| Some("still too early".into()))));
+    assert!(!pending.set_on_cancel_box(Box::new(|| Some("still too early".into()))));
     assert!(pending.start());
     assert!(matches!(
         pending.cancel(CancelReason::User, || {}),
@@ -321,17 +321,17 @@ fn x2_registration_outside_running_is_not_kept() {
     let done = record();
     done.start();
     assert!(done.finish(ToolCallState::Completed));
-    assert!(!done.set_on_cancel(Box::new(|| Some("too late".into()))));
+    assert!(!done.set_on_cancel_box(Box::new(|| Some("too late".into()))));
     assert!(done.take_on_cancel().is_none(), "a callback from after the end");
 
     let stopping = record();
     stopping.start();
-    assert!(stopping.set_on_cancel(Box::new(|| Some("in time".into()))));
+    assert!(stopping.set_on_cancel_box(Box::new(|| Some("in time".into()))));
     assert!(matches!(
         stopping.cancel(CancelReason::User, || {}),
         CancelCommit::Running
     ));
-    assert!(!stopping.set_on_cancel(Box::new(|| Some("after the cancel".into()))));
+    assert!(!stopping.set_on_cancel_box(Box::new(|| Some("after the cancel".into()))));
     stopping.clear_on_cancel();
     assert_eq!(
         stopping.take_on_cancel().map(|f| f()),
@@ -363,7 +363,7 @@ fn x4_the_slot_is_cleared_at_every_terminal_state() {
         r.start();
         let kept = Arc::new(());
         let held = Arc::clone(&kept);
-        assert!(r.set_on_cancel(Box::new(move || {
+        assert!(r.set_on_cancel_box(Box::new(move || {
             drop(held);
             None
         })));

@@ -19,6 +19,9 @@ pub(crate) type UsageFn = Arc<dyn Fn(&ChatUsage) + Send + Sync>;
 /// The default time a cancelled body may keep running to unwind before it is dropped (X14).
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
 
+/// How long the agent waits for a tool's `on_cancel` by default (X10).
+pub const DEFAULT_ON_CANCEL_BUDGET: Duration = Duration::from_millis(100);
+
 /// What a running tool call can know and do about itself.
 ///
 /// Each call gets its own context: its own cancellation token (a child of the reply's token)
@@ -47,6 +50,7 @@ struct Inner {
     usage: Option<UsageFn>,
     user_action: Option<UserAction>,
     cancel_grace: Duration,
+    on_cancel_budget: Duration,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -66,7 +70,14 @@ impl ToolContext {
     pub fn new(call_id: impl Into<CallId>, tool_name: impl Into<String>, token: CancellationToken) -> Self {
         let record = CallRecord::new(call_id.into(), tool_name.into(), token, false);
         record.start();
-        ToolContext::for_record(record, None, None, None, DEFAULT_CANCEL_GRACE)
+        ToolContext::for_record(
+            record,
+            None,
+            None,
+            None,
+            DEFAULT_CANCEL_GRACE,
+            DEFAULT_ON_CANCEL_BUDGET,
+        )
     }
 
     pub(crate) fn for_record(
@@ -75,6 +86,7 @@ impl ToolContext {
         usage: Option<UsageFn>,
         user_action: Option<UserAction>,
         cancel_grace: Duration,
+        on_cancel_budget: Duration,
     ) -> Self {
         ToolContext {
             inner: Arc::new(Inner {
@@ -83,6 +95,7 @@ impl ToolContext {
                 usage,
                 user_action,
                 cancel_grace,
+                on_cancel_budget,
             }),
         }
     }
@@ -119,7 +132,20 @@ impl ToolContext {
     /// previous callback, and it has no effect before the body runs or after the call ended
     /// (X2, X3). It runs off the tool's task and must return quickly, without side effects.
     pub fn set_on_cancel(&self, on_cancel: impl FnOnce() -> Option<String> + Send + 'static) {
-        self.inner.record.set_on_cancel(Box::new(on_cancel));
+        self.inner.record.set_on_cancel(Box::new(on_cancel), false);
+    }
+
+    /// [`Self::set_on_cancel`] for a callback of the runtime's own that returns within
+    /// [`Self::on_cancel_budget`] by construction (the MCP cancel notification): it runs even
+    /// when every `on_cancel` slot is held by callbacks that never returned, so that its
+    /// effect (the notification) is never skipped (L4).
+    pub(crate) fn set_bounded_on_cancel(&self, on_cancel: impl FnOnce() -> Option<String> + Send + 'static) {
+        self.inner.record.set_on_cancel(Box::new(on_cancel), true);
+    }
+
+    /// How long the agent waits for `on_cancel` before it records the standard result (X10).
+    pub(crate) fn on_cancel_budget(&self) -> Duration {
+        self.inner.on_cancel_budget
     }
 
     /// Removes the registered `on_cancel` callback.

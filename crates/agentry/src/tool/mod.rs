@@ -35,6 +35,7 @@ mod context;
 mod function;
 mod meta;
 mod options;
+mod permissions;
 mod policy;
 mod process;
 mod registry;
@@ -51,11 +52,12 @@ pub use call::{
     DECLINED, INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
 };
 pub(crate) use call::{CallRecord, CancelCommit, OnCancel};
-pub use context::{DEFAULT_CANCEL_GRACE, ToolContext};
+pub use context::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET, ToolContext};
 pub(crate) use context::{ProgressFn, UsageFn};
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
 pub use options::{BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, ToolkitError};
+pub use permissions::{PermissionRule, PermissionRules, RuleEffect, RuleError, RuleMatch};
 pub(crate) use policy::grant_key;
 pub use policy::{CallPolicy, CheckFn, DeclinedFn, RequestFn};
 pub use process::{ToolProcess, spawn_process};

@@ -121,6 +121,14 @@ impl ToolOptions {
         self
     }
 
+    /// The argument that a permission rule's bare pattern matches (A20): with `path`,
+    /// `--allow write_file:notes/**` allows the calls whose `path` is under `notes/`. Without
+    /// one, rules name the argument (`TOOL:ARG=GLOB`).
+    pub fn rule_subject(mut self, argument: impl Into<String>) -> Self {
+        self.policy.rule_subject = Some(argument.into());
+        self
+    }
+
     /// How "for this session" decisions match later calls (A12; default: same arguments).
     pub fn session_scope(mut self, scope: SessionApprovalScope) -> Self {
         self.policy.session_scope = scope;

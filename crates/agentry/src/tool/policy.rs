@@ -35,6 +35,8 @@ pub struct CallPolicy {
     pub progress_extends_timeout: Option<Duration>,
     /// Refuses calls that could never run, before anyone is asked to approve them.
     pub check: Option<CheckFn>,
+    /// The argument a permission rule's bare pattern matches (A20), e.g. `path` for a file tool.
+    pub rule_subject: Option<String>,
 }
 
 impl std::fmt::Debug for CallPolicy {
@@ -48,6 +50,7 @@ impl std::fmt::Debug for CallPolicy {
             .field("timeout", &self.timeout)
             .field("progress_extends_timeout", &self.progress_extends_timeout)
             .field("check", &self.check.is_some())
+            .field("rule_subject", &self.rule_subject)
             .finish()
     }
 }

@@ -386,6 +386,85 @@ async fn t4_progress_renews_the_timeout_up_to_the_default_cap() {
     model.assert_no_violations();
 }
 
+/// T4: the hard cap is a limit of its own. A cap shorter than the timeout stops the call at the
+/// cap; a cap with renewal and no timeout at all still stops it (on the paused clock).
+#[tokio::test(start_paused = true)]
+async fn t4_the_hard_cap_applies_below_the_timeout_and_without_one() {
+    let forever = |name: &'static str| {
+        FunctionTool::new(
+            name,
+            "Reports every second, for an hour.",
+            json!({"type": "object"}),
+            |_, ctx| {
+                agentry::tool::once(async move {
+                    for _ in 0..3600 {
+                        ctx.report("still working", None);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    "an hour later"
+                })
+            },
+        )
+    };
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(
+            forever("capped_below"),
+            ToolOptions::new()
+                .timeout(Duration::from_secs(60))
+                .progress_extends_timeout(Duration::from_secs(10)),
+        )
+        .unwrap();
+    toolkit
+        .register_with(
+            forever("cap_only"),
+            ToolOptions::new().progress_extends_timeout(Duration::from_secs(20)),
+        )
+        .unwrap();
+    let model = ScriptedModel::new();
+    model.push_calls(&[("below", "capped_below", json!({}))]);
+    model.push_calls(&[("only", "cap_only", json!({}))]);
+    model.push_text("after the tools");
+    let agent = model.agent(toolkit);
+    let mut run = agent.start_reply(Msg::user("go"));
+    let mut events = Vec::new();
+    tokio::time::timeout(Duration::from_secs(7200), async {
+        while let Some(event) = run.next_event().await {
+            events.push(event);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the reply did not end within 2 virtual hours: {events:#?}"));
+    let ran_for = |call: &str| {
+        events
+            .iter()
+            .find_map(|e| match e {
+                AgentEvent::ToolFinished {
+                    call_id, duration, ..
+                } if call_id == call => Some(*duration),
+                _ => None,
+            })
+            .unwrap()
+    };
+    for (call, cap) in [("below", 10), ("only", 20)] {
+        assert_eq!(
+            state_of(&events, call),
+            ToolCallState::TimedOut { partial: false }
+        );
+        let ran = ran_for(call);
+        assert!(
+            ran >= Duration::from_secs(cap) && ran < Duration::from_secs(cap + 1),
+            "{call}: stopped by its {cap} s cap, ran {ran:?}"
+        );
+    }
+    assert!(
+        model.result(1, "below").text().contains("after 10"),
+        "the reported time is the cap's: {}",
+        model.result(1, "below").text()
+    );
+    model.assert_no_violations();
+}
+
 /// An agent on an in-process model calling `slow` (timeout 40 ms) once with `args`.
 fn slow_agent(args: serde_json::Value, probe: &Probe) -> (ReActAgent, ScriptedModel) {
     let model = ScriptedModel::new();

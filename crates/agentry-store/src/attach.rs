@@ -1,0 +1,44 @@
+//! One way to give an agent its session: what every front end (the terminal, the server, a
+//! library user) does to continue a stored conversation.
+
+use std::sync::Arc;
+
+use agentry::agent::ReActAgentBuilder;
+
+use crate::{CallRecorder, SessionMemory, StoreError};
+
+/// The name under which [`SessionMemory::attach`] registers its [`CallRecorder`].
+pub const SESSION_HOOK: &str = "session-calls";
+
+impl SessionMemory {
+    /// `builder` made into the agent of this session: the session is its memory and its
+    /// traces' conversation id, the grants kept in it (A14) are the agent's again, and a
+    /// [`CallRecorder`] (under [`SESSION_HOOK`]) keeps its calls, approval questions and
+    /// decisions, new grants and each reply's token use in the session as they happen.
+    ///
+    /// Register hooks that rewrite calls before attaching, so the recorder sees the arguments
+    /// as they run.
+    ///
+    /// ```no_run
+    /// # async fn demo(model: std::sync::Arc<dyn agentry::model::ChatModel>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use agentry_store::{SessionMemory, SqliteStore};
+    ///
+    /// let store = Arc::new(SqliteStore::open_default()?);
+    /// let memory = Arc::new(SessionMemory::open_or_create(store, "work", &serde_json::json!({})).await?);
+    /// let builder = agentry::ReActAgent::builder().name("agentry").model(model);
+    /// let agent = memory.attach(builder).await?.build()?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn attach(
+        self: &Arc<Self>,
+        builder: ReActAgentBuilder,
+    ) -> Result<ReActAgentBuilder, StoreError> {
+        let grants = self.store().grants(&self.session().id).await?;
+        Ok(builder
+            .memory(Arc::clone(self))
+            .conversation_id(self.session().id.as_str())
+            .session_grants(grants.into_iter().map(crate::grants::agent_grant))
+            .hook(SESSION_HOOK, CallRecorder::new(Arc::clone(self))))
+    }
+}
