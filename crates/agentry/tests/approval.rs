@@ -814,6 +814,12 @@ async fn a17_calls_without_approval_do_not_wait_in_parallel_and_queue_in_order_o
     let (_, events) = driver.finish().await;
     check_all(&agent, &events).await;
     assert_eq!((guarded_probe.runs(), free_probe.runs()), (1, 1));
+    // Decisive on any runtime: run in parallel, `f` would have entered the loop (its
+    // `ToolStarted`) while `g` waited for the decision, not after `g` ended.
+    let at = |matches: &dyn Fn(&AgentEvent) -> bool| events.iter().position(matches).unwrap();
+    let f_started = at(&|e| matches!(e, AgentEvent::ToolStarted { call_id, .. } if call_id == "f"));
+    let g_finished = at(&finished("g"));
+    assert!(f_started > g_finished, "f left the queue before g was terminal");
     fake.assert_no_violations();
 }
 
@@ -916,5 +922,43 @@ async fn a16_a_decision_after_a_cancel_says_the_call_was_cancelled() {
         "after the reply, the call waits for nothing"
     );
     assert_eq!(probe.runs(), 0);
+    fake.assert_no_violations();
+}
+
+/// A12: the grant key is the canonical JSON of the arguments: the same arguments written in
+/// another key order match the grant, and are not asked about again.
+#[tokio::test]
+async fn a12_the_same_arguments_in_another_key_order_match_the_grant() {
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "g1",
+        "guarded",
+        r#"{"result": "a", "note": {"x": 1, "y": 2}}"#,
+    )]));
+    fake.push(Reply::text("after the tools"));
+    let probe = Probe::new();
+    let toolkit = Toolkit::new();
+    toolkit.register_with(probe.tool("guarded"), guarded()).unwrap();
+    let (agent, handle, mut driver) = start(&fake, toolkit);
+    driver.wait_for("asked", asked("g1")).await;
+    handle.decide("g1", ApprovalDecision::ApproveForSession).unwrap();
+    let _ = driver.finish().await;
+
+    fake.push(Reply::tool_calls([Call::new(
+        "g2",
+        "guarded",
+        r#"{"note": {"y": 2, "x": 1}, "result": "a"}"#,
+    )]));
+    fake.push(Reply::text("done"));
+    let (_, events) = Driver::new(agent.start_reply(Msg::user("again"))).finish().await;
+    check_all(&agent, &events).await;
+    assert_eq!(
+        approval_events(&events, "g2"),
+        [
+            "requested automatic=true",
+            "resolved Approve automatic=true SessionGrant"
+        ]
+    );
+    assert_eq!(probe.runs(), 2);
     fake.assert_no_violations();
 }

@@ -16,6 +16,7 @@ mod stops;
 #[path = "cancellation/terminal.rs"]
 mod terminal;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -370,12 +371,55 @@ async fn x13_reports_are_progress_events_never_results() {
     fake.assert_no_violations();
 }
 
+/// What `tracing` logs on this thread while the guard lives (a current-thread test runtime runs
+/// the agent's loop here).
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logged {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let logged = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || logged.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
 #[tokio::test]
 async fn x10_on_cancel_over_budget_or_panicking_gives_the_standard_result() {
-    for args in [
-        json!({"wait": true, "block_on_cancel": true}),
-        json!({"wait": true, "panic_on_cancel": true}),
+    // A panic can take a while to unwind (a backtrace is captured under RUST_BACKTRACE): it
+    // gets a budget it cannot run over.
+    for (args, budget, warning) in [
+        (
+            json!({"wait": true, "block_on_cancel": true}),
+            Duration::from_millis(50),
+            "on_cancel ran over its budget; the standard cancelled result is used",
+        ),
+        (
+            json!({"wait": true, "panic_on_cancel": true}),
+            Duration::from_secs(10),
+            "on_cancel panicked; the standard cancelled result is used",
+        ),
     ] {
+        let logged = Logged::default();
+        let _capture = logged.capture();
         let fake = FakeLlm::start().await;
         fake.push(Reply::tool_calls([probe_call("c", args.clone())]));
         fake.push(Reply::text("after the tools"));
@@ -383,7 +427,7 @@ async fn x10_on_cancel_over_budget_or_panicking_gives_the_standard_result() {
         let toolkit = Toolkit::new();
         toolkit.register(probe.tool("probe")).unwrap();
         let agent = builder(&fake, true, toolkit)
-            .on_cancel_budget(Duration::from_millis(50))
+            .on_cancel_budget(budget)
             .build()
             .unwrap();
         let (handle, driver) = Driver::go(&agent);
@@ -399,32 +443,69 @@ async fn x10_on_cancel_over_budget_or_panicking_gives_the_standard_result() {
             cancelled_running(false, CancelReason::User)
         );
         assert_eq!(probe.on_cancel_runs(), 1);
+        let log = logged.text();
+        assert!(log.contains(warning), "the warning is logged: {log}");
+        assert!(log.contains("WARN"), "{log}");
         fake.assert_no_violations();
     }
 }
 
 #[tokio::test]
 async fn c1_cancel_returns_without_awaiting_on_cancel() {
-    let (fake, agent, probe) = setup(
-        vec![probe_call("c", json!({"wait": true, "block_on_cancel": true}))],
-        false,
-    )
-    .await;
-    let (handle, driver) = Driver::go(&agent);
-    probe.started(1).await;
-    // on_cancel blocks until unblocked below: cancel_call must return anyway.
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(10),
-        tokio::task::spawn_blocking(move || handle.cancel_call("c")),
-    )
-    .await
-    .expect("cancel_call waited for on_cancel")
-    .unwrap();
-    assert_eq!(outcome, CancelOutcome::Cancelled);
-    let (_, events) = driver.finish().await;
-    probe.unblock_on_cancel();
-    check_all(&agent, &events).await;
-    fake.assert_no_violations();
+    for reply in [false, true] {
+        let (fake, agent, probe) = setup(
+            vec![probe_call("c", json!({"wait": true, "block_on_cancel": true}))],
+            false,
+        )
+        .await;
+        let (handle, driver) = Driver::go(&agent);
+        probe.started(1).await;
+        // on_cancel blocks until unblocked below: neither cancel may wait for it.
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::task::spawn_blocking(move || match reply {
+                false => handle.cancel_call("c"),
+                true => handle.cancel_reply(),
+            }),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the cancel (reply: {reply}) waited for on_cancel"))
+        .unwrap();
+        assert_eq!(outcome, CancelOutcome::Cancelled);
+        let (_, events) = driver.finish().await;
+        probe.unblock_on_cancel();
+        check_all(&agent, &events).await;
+        fake.assert_no_violations();
+    }
+}
+
+/// R5's switch: with the note turned off, the next reply's request has no interrupted note.
+#[tokio::test]
+async fn r5_the_interrupted_note_can_be_turned_off() {
+    for note in [true, false] {
+        let fake = FakeLlm::start().await;
+        fake.push(Reply::tool_calls([probe_call("c", json!({"wait": true}))]));
+        let probe = Probe::new();
+        let toolkit = Toolkit::new();
+        toolkit.register(probe.tool("probe")).unwrap();
+        let agent = builder(&fake, true, toolkit)
+            .interrupted_note(note)
+            .build()
+            .unwrap();
+        let (handle, driver) = Driver::go(&agent);
+        probe.started(1).await;
+        assert_eq!(handle.cancel_reply(), CancelOutcome::Cancelled);
+        let _ = driver.finish().await;
+        fake.push(Reply::text("fresh"));
+        within("the next reply", agent.reply(Msg::user("again")))
+            .await
+            .unwrap();
+        let has_note = wire_messages(&fake, 1)
+            .iter()
+            .any(|m| m["content"] == REPLY_INTERRUPTED_NOTE);
+        assert_eq!(has_note, note, "interrupted_note({note})");
+        fake.assert_no_violations();
+    }
 }
 
 #[tokio::test]

@@ -7,7 +7,8 @@
 //!                 [--ignore-stdin-close] [--ignore-sigterm] [--spawn-child] [--log FILE]
 //! ```
 //! Tools: `echo {text}` and `slow {seconds}` (progress every 100 ms until done or cancelled),
-//! both annotated read-only; `crash` (the process exits in the middle of the call), `grow` (adds
+//! `stubborn {seconds}` (the same, but it ignores cancels and answers anyway, saying so on
+//! stderr), all three annotated read-only; `crash` (the process exits in the middle of the call), `grow` (adds
 //! the tool `extra` and announces `tools/list_changed`), `noisy {lines}` (floods stderr, then
 //! answers), and `extra` once grown.
 //!
@@ -76,6 +77,14 @@ impl TestServer {
                 ),
             )
             .annotate(read_only),
+            Tool::new(
+                "stubborn",
+                "Ignores cancels: reports progress every 100 ms for the seconds asked, then answers.",
+                schema(
+                    json!({"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}),
+                ),
+            )
+            .annotate(ToolAnnotations::new().read_only(true)),
             Tool::new(
                 "crash",
                 "Exits the server in the middle of the call.",
@@ -166,6 +175,26 @@ impl ServerHandler for TestServer {
                     }
                 }
                 text("slept")
+            }
+            "stubborn" => {
+                let ticks = (args.get("seconds").and_then(Value::as_f64).unwrap_or(1.0) * 10.0) as u64;
+                let token = context.meta.get_progress_token();
+                for tick in 1..=ticks {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if let Some(token) = &token {
+                        let progress = ProgressNotificationParam::new(token.clone(), tick as f64)
+                            .with_total(ticks as f64)
+                            .with_message(format!("still going {tick}"));
+                        let _ = context.peer.notify_progress(progress).await;
+                    }
+                }
+                // The answer goes out after this line, before anything the server handles later.
+                eprintln!(
+                    "stubborn answers request {:?} (cancelled: {})",
+                    context.id,
+                    context.ct.is_cancelled()
+                );
+                text("the stubborn result")
             }
             "crash" => {
                 eprintln!("about to crash in the middle of a call");

@@ -59,8 +59,64 @@ impl std::fmt::Debug for CallPolicy {
 /// [`SessionApprovalScope::AnyArguments`].
 pub(crate) fn grant_key(tool: &str, args: &Map<String, Value>, scope: SessionApprovalScope) -> String {
     match scope {
-        // serde_json's map is ordered by key, so this text is canonical.
-        SessionApprovalScope::SameArguments => format!("{tool}\u{0}{}", Value::Object(args.clone())),
+        SessionApprovalScope::SameArguments => {
+            let mut key = format!("{tool}\u{0}");
+            canonical_json(&mut key, &Value::Object(args.clone()));
+            key
+        }
         SessionApprovalScope::AnyArguments => tool.to_owned(),
+    }
+}
+
+/// `value` as JSON with every object's keys sorted, whatever order the map keeps (serde_json
+/// keeps insertion order when any crate of the build enables its `preserve_order`), so that
+/// the same arguments always give the same key (A12).
+fn canonical_json(out: &mut String, value: &Value) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, value)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                canonical_json(out, value);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(out, item);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A12: the key is the same text serde_json writes for a key-sorted object, nested too, so
+    /// keys stored by earlier versions still match.
+    #[test]
+    fn a12_the_grant_key_is_canonical_json_with_sorted_keys() {
+        let args = json!({"b": [{"z": 1, "a": null}], "a": "x\u{0}y"});
+        let key = grant_key(
+            "t",
+            args.as_object().unwrap(),
+            SessionApprovalScope::SameArguments,
+        );
+        assert_eq!(key, "t\u{0}{\"a\":\"x\\u0000y\",\"b\":[{\"a\":null,\"z\":1}]}");
+        assert_eq!(key, format!("t\u{0}{args}"), "as serde_json writes a sorted map");
     }
 }

@@ -46,6 +46,13 @@ fn holding_tool(
 
 #[tokio::test]
 async fn x1_l2_is_cancelled_turns_true_at_the_cancel_and_is_seen_on_other_threads() {
+    for reply in [false, true] {
+        flag_seen_on_another_thread(reply).await;
+    }
+}
+
+/// X1, L2 through `cancel_call` or `cancel_reply`.
+async fn flag_seen_on_another_thread(reply: bool) {
     let (tx, mut contexts) = mpsc::unbounded_channel();
     let toolkit = Toolkit::new();
     toolkit.register(holding_tool("hold", tx, None)).unwrap();
@@ -66,12 +73,16 @@ async fn x1_l2_is_cancelled_turns_true_at_the_cancel_and_is_seen_on_other_thread
             observed.cancellation_token().is_cancelled(),
         )
     });
-    assert_eq!(handle.cancel_call("c"), CancelOutcome::Cancelled);
+    let outcome = match reply {
+        false => handle.cancel_call("c"),
+        true => handle.cancel_reply(),
+    };
+    assert_eq!(outcome, CancelOutcome::Cancelled);
     go.send(()).unwrap();
     assert_eq!(
         observer.join().unwrap(),
         (true, true),
-        "visible on another thread once cancel_call returned, flag and token together (L2)"
+        "visible on another thread once the cancel (reply: {reply}) returned, flag and token together (L2)"
     );
     let (_, events) = driver.finish().await;
     check_all(&agent, &events).await;
