@@ -25,6 +25,7 @@ pub mod message;
 pub mod model;
 pub mod protocol;
 pub mod tool;
+mod trace_context;
 pub mod usage;
 
 pub use agent::{AgentError, AgentEvent, ReActAgent};

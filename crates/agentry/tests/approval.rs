@@ -60,10 +60,12 @@ fn approval_events(events: &[AgentEvent], call_id: &str) -> Vec<String> {
             AgentEvent::ApprovalResolved {
                 call_id: id,
                 decision,
-                automatic,
                 source,
                 ..
-            } if id == call_id => Some(format!("resolved {decision:?} automatic={automatic} {source:?}")),
+            } if id == call_id => Some(format!(
+                "resolved {decision:?} automatic={} {source:?}",
+                source.is_automatic()
+            )),
             AgentEvent::ApprovalWithdrawn { call_id: id, .. } if id == call_id => Some("withdrawn".into()),
             _ => None,
         })

@@ -66,6 +66,30 @@ enum Plan<'s> {
     Refused(ToolResponse),
 }
 
+/// How a call ended, before its result is built.
+struct Ended {
+    content: Vec<ContentBlock>,
+    state: ToolCallState,
+    /// The tool's result metadata (kept with the result message).
+    metadata: Map<String, Value>,
+    /// How long the body ran (zero when it never did).
+    ran_for: Duration,
+    /// The finish function's valid output.
+    structured_output: Option<Map<String, Value>>,
+}
+
+impl Default for Ended {
+    fn default() -> Self {
+        Ended {
+            content: Vec::new(),
+            state: ToolCallState::Failed,
+            metadata: Map::new(),
+            ran_for: Duration::ZERO,
+            structured_output: None,
+        }
+    }
+}
+
 /// How execution ended, before the result is built.
 enum Execution {
     /// The body's final chunk, with the committed state.
@@ -157,42 +181,19 @@ impl ReplyCx<'_> {
         index: usize,
         span: &trace::ToolSpan,
     ) -> Result<Option<Map<String, Value>>, AgentError> {
-        let call_id = record.call_id.clone();
         let called_name = call.name.clone();
         let started_at = Utc::now();
-        for (_, hook) in self.hooks.iter() {
-            hook.pre_acting(&self.hook_cx, &mut call).await;
-        }
-        // Hooks may repair the name and the arguments, not which call this is.
-        call.id = call_id.clone();
-        self.emit_with(|| AgentEvent::ToolStarted {
-            reply_id: self.active.reply_id.clone(),
-            call_id: call_id.clone(),
-            name: call.name.clone(),
-            input: call.input.clone(),
-        });
+        self.start_call(&mut call, &record).await;
         let mut msg = Msg::tool_result(ToolResultBlock {
-            id: call_id.clone(),
+            id: record.call_id.clone(),
             name: called_name.clone(),
             output: Vec::new(),
             is_error: false,
         });
-
         // Checked and approved as it will run: after the hooks, so a hook that renames a call
         // or rewrites its arguments cannot skip approval (S3, A1); a call that could never run
         // is refused before anyone is asked.
-        let plan = match structured.filter(|spec| call.name == spec.schema.name) {
-            Some(spec) => Plan::Finish(spec),
-            None if self.inner.config.answer_repeated_calls
-                && let Some(output) = self.repeated.answer(self.hook_cx.iteration, &call) =>
-            {
-                Plan::Repeat(output)
-            }
-            None => match self.inner.config.toolkit.prepare(&call) {
-                Ok(prepared) => Plan::Run(prepared),
-                Err(refused) => Plan::Refused(refused),
-            },
-        };
+        let plan = self.plan(&call, structured);
         let policy = match &plan {
             Plan::Run(prepared) => prepared.policy().clone(),
             Plan::Finish(_) | Plan::Refused(_) | Plan::Repeat(_) => CallPolicy::default(),
@@ -201,45 +202,117 @@ impl ReplyCx<'_> {
             Plan::Run(_) => self.approval_phase(&record, &call, &policy).await,
             Plan::Finish(_) | Plan::Refused(_) | Plan::Repeat(_) => ApprovalPhase::none(),
         };
-        let (decision, user_action) = (approval.source, approval.user_action);
+        let ended = self
+            .conclude(plan, &record, &call, &policy, approval.user_action, &mut msg)
+            .await;
+        let mut result = ToolResultBlock {
+            id: record.call_id.clone(),
+            name: called_name,
+            output: ended.content,
+            is_error: ended.state.is_error(),
+        };
+        for (_, hook) in self.hooks.iter() {
+            hook.post_acting(&self.hook_cx, &call, &ended.state, &mut result)
+                .await;
+        }
+        // The hooks may edit the output, not which call it answers.
+        result.id = record.call_id.clone();
+        trace::tool_finished(
+            self.inner,
+            span,
+            &ended.state,
+            approval.source,
+            policy.timeout,
+            &result,
+        );
+        let mut metadata = ended.metadata;
+        metadata.insert(
+            "tool_call".into(),
+            call_record_json(
+                &ended.state,
+                approval.source,
+                approval.request.as_ref(),
+                started_at,
+            ),
+        );
+        msg.content = vec![ContentBlock::ToolResult(result)];
+        msg.metadata = metadata;
+        self.record_then_announce(msg, &call, ended.state, ended.ran_for, slots, index)
+            .await?;
+        Ok(ended.structured_output)
+    }
 
-        let mut structured_output = None;
-        let mut metadata = Map::new();
-        let mut ran_for = Duration::ZERO;
+    /// The `pre_acting` hooks, then `ToolStarted` for the call as they left it.
+    async fn start_call(&self, call: &mut ToolUseBlock, record: &CallRecord) {
+        for (_, hook) in self.hooks.iter() {
+            hook.pre_acting(&self.hook_cx, call).await;
+        }
+        // Hooks may repair the name and the arguments, not which call this is.
+        call.id = record.call_id.clone();
+        self.emit_with(|| AgentEvent::ToolStarted {
+            reply_id: self.active.reply_id.clone(),
+            call_id: record.call_id.clone(),
+            name: call.name.clone(),
+            input: call.input.clone(),
+        });
+    }
+
+    /// What the call will do once it may start.
+    fn plan<'s>(&self, call: &ToolUseBlock, structured: Option<&'s StructuredSpec>) -> Plan<'s> {
+        match structured.filter(|spec| call.name == spec.schema.name) {
+            Some(spec) => Plan::Finish(spec),
+            None if self.inner.config.answer_repeated_calls
+                && let Some(output) = self.repeated.answer(self.hook_cx.iteration, call) =>
+            {
+                Plan::Repeat(output)
+            }
+            None => match self.inner.config.toolkit.prepare(call) {
+                Ok(prepared) => Plan::Run(prepared),
+                Err(refused) => Plan::Refused(refused),
+            },
+        }
+    }
+
+    /// Takes the call to its terminal state: refused, answered from an earlier round, closed
+    /// before it started (declined, cancelled), run, or the finish function's output.
+    async fn conclude(
+        &self,
+        plan: Plan<'_>,
+        record: &Arc<CallRecord>,
+        call: &ToolUseBlock,
+        policy: &CallPolicy,
+        user_action: Option<UserAction>,
+        msg: &mut Msg,
+    ) -> Ended {
+        let mut ended = Ended::default();
         let (content, state) = match plan {
-            Plan::Refused(refused) => {
-                if record.finish(ToolCallState::Failed) {
-                    (refused.content, ToolCallState::Failed)
-                } else {
-                    closed_before_start(&record, &call, &policy)
-                }
-            }
-            Plan::Repeat(output) => {
-                if record.finish(ToolCallState::Completed) {
-                    (output, ToolCallState::Completed)
-                } else {
-                    closed_before_start(&record, &call, &policy)
-                }
-            }
-            _ if !record.start() => closed_before_start(&record, &call, &policy),
+            Plan::Refused(refused) => match record.finish(ToolCallState::Failed) {
+                true => (refused.content, ToolCallState::Failed),
+                false => closed_before_start(record, call, policy),
+            },
+            Plan::Repeat(output) => match record.finish(ToolCallState::Completed) {
+                true => (output, ToolCallState::Completed),
+                false => closed_before_start(record, call, policy),
+            },
+            _ if !record.start() => closed_before_start(record, call, policy),
             Plan::Run(prepared) => {
                 // The clock of the timeouts, so that a reported duration and the limit that fired agree.
                 let running = tokio::time::Instant::now();
                 let executed = self
-                    .execute(&record, &call, prepared, &policy, user_action, &mut msg)
+                    .execute(record, call, prepared, policy, user_action, msg)
                     .await;
-                ran_for = running.elapsed();
+                ended.ran_for = running.elapsed();
                 match executed {
                     Execution::Done(response, state) => {
                         if state == ToolCallState::Completed {
                             self.repeated.completed(
                                 self.hook_cx.iteration,
-                                &call,
-                                &call_id,
+                                call,
+                                &record.call_id,
                                 &response.content,
                             );
                         }
-                        metadata = response.metadata;
+                        ended.metadata = response.metadata;
                         (response.content, state)
                     }
                     Execution::Stopped { partial, timeout } => {
@@ -255,12 +328,11 @@ impl ReplyCx<'_> {
                 }
             }
             Plan::Finish(spec) => {
-                let (response, output) = spec.handle(&call);
-                structured_output = output;
-                let state = if response.is_error {
-                    ToolCallState::Failed
-                } else {
-                    ToolCallState::Completed
+                let (response, output) = spec.handle(call);
+                ended.structured_output = output;
+                let state = match response.is_error {
+                    true => ToolCallState::Failed,
+                    false => ToolCallState::Completed,
                 };
                 if record.finish(state.clone()) {
                     (response.content, state)
@@ -270,27 +342,22 @@ impl ReplyCx<'_> {
                 }
             }
         };
+        ended.content = content;
+        ended.state = state;
+        ended
+    }
 
-        let mut result = ToolResultBlock {
-            id: call_id.clone(),
-            name: called_name,
-            output: content,
-            is_error: state.is_error(),
-        };
-        for (_, hook) in self.hooks.iter() {
-            hook.post_acting(&self.hook_cx, &call, &state, &mut result).await;
-        }
-        // The hooks may edit the output, not which call it answers.
-        result.id = call_id.clone();
-        trace::tool_finished(self.inner, span, &state, decision, policy.timeout, &result);
-        metadata.insert(
-            "tool_call".into(),
-            call_record_json(&state, decision, approval.request.as_ref(), started_at),
-        );
-        msg.content = vec![ContentBlock::ToolResult(result)];
-        msg.metadata = metadata;
-        // Record first, then announce (X6, L3): whoever sees the last chunk or `ToolFinished`
-        // finds the result in memory.
+    /// Records first, then announces (X6, L3): whoever sees the last chunk or `ToolFinished`
+    /// finds the result in memory.
+    async fn record_then_announce(
+        &self,
+        msg: Msg,
+        call: &ToolUseBlock,
+        state: ToolCallState,
+        ran_for: Duration,
+        slots: &ResultSlots,
+        index: usize,
+    ) -> Result<(), MemoryError> {
         let shown = self.wants_events().then(|| msg.clone());
         let stored = slots.store(self.inner.config.memory.as_ref(), index, msg).await;
         if let Some(shown) = shown {
@@ -298,13 +365,12 @@ impl ReplyCx<'_> {
         }
         self.emit_with(|| AgentEvent::ToolFinished {
             reply_id: self.active.reply_id.clone(),
-            call_id,
+            call_id: call.id.clone(),
             name: call.name.clone(),
             state,
             duration: ran_for,
         });
-        stored?;
-        Ok(structured_output)
+        stored
     }
 
     /// Runs the body until its last chunk, a cancel, or the timeout.

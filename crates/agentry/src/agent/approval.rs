@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use super::Grant;
 use super::deadline::sleep_until;
 use super::events::AgentEvent;
+use super::handle::NO_DECISION;
 use super::react::ReplyCx;
 use crate::message::ToolUseBlock;
 use crate::tool::{
@@ -44,9 +45,6 @@ impl ApprovalPhase {
         }
     }
 }
-
-/// The reason of a call declined because nobody could decide (A15).
-pub(super) const NO_DECISION: &str = "no decision";
 
 /// A decision taken without the user, and why.
 enum Automatic {
@@ -156,12 +154,12 @@ impl ReplyCx<'_> {
     ) -> Approval {
         self.requested(call, request, true);
         match automatic {
-            Automatic::Approve(source) => self.approved(record, ApprovalDecision::Approve, true, source),
+            Automatic::Approve(source) => self.approved(record, ApprovalDecision::Approve, source),
             Automatic::Decline {
                 reason,
                 decision,
                 source,
-            } => self.decline(record, decision, reason, true, source),
+            } => self.decline(record, decision, reason, source),
         }
     }
 
@@ -183,7 +181,6 @@ impl ReplyCx<'_> {
                 record,
                 decision,
                 Some(NO_DECISION.into()),
-                true,
                 DecisionSource::NoDecision,
             );
         }
@@ -262,20 +259,14 @@ impl ReplyCx<'_> {
         source: DecisionSource,
     ) -> Approval {
         match decision {
-            ApprovalDecision::Approve => self.approved(record, decision, false, source),
+            ApprovalDecision::Approve => self.approved(record, decision, source),
             ApprovalDecision::ApproveForSession => {
                 self.store_grant(key, Grant::Allow).await;
-                self.approved(record, decision, false, source)
+                self.approved(record, decision, source)
             }
             ApprovalDecision::Decline { ref reason } => {
                 let reason = reason.clone();
-                self.decline(
-                    record,
-                    decision,
-                    reason,
-                    source == DecisionSource::NoDecision,
-                    source,
-                )
+                self.decline(record, decision, reason, source)
             }
             ApprovalDecision::DeclineForSession { ref reason } => {
                 let reason = reason.clone();
@@ -286,11 +277,11 @@ impl ReplyCx<'_> {
                     },
                 )
                 .await;
-                self.decline(record, decision, reason, false, source)
+                self.decline(record, decision, reason, source)
             }
             ApprovalDecision::DeclineAndStop { ref reason } => {
                 let reason = reason.clone();
-                let closed = self.decline(record, decision, reason, false, source);
+                let closed = self.decline(record, decision, reason, source);
                 // This call stays declined; everything else of the reply is cancelled (A11).
                 self.active.cancel(&self.inner.events);
                 closed
@@ -321,18 +312,11 @@ impl ReplyCx<'_> {
         });
     }
 
-    fn resolved(
-        &self,
-        record: &CallRecord,
-        decision: ApprovalDecision,
-        automatic: bool,
-        source: DecisionSource,
-    ) {
+    fn resolved(&self, record: &CallRecord, decision: ApprovalDecision, source: DecisionSource) {
         self.emit_with(|| AgentEvent::ApprovalResolved {
             reply_id: self.active.reply_id.clone(),
             call_id: record.call_id.clone(),
             decision,
-            automatic,
             source,
         });
     }
@@ -344,24 +328,18 @@ impl ReplyCx<'_> {
         });
     }
 
-    fn approved(
-        &self,
-        record: &CallRecord,
-        decision: ApprovalDecision,
-        automatic: bool,
-        source: DecisionSource,
-    ) -> Approval {
+    fn approved(&self, record: &CallRecord, decision: ApprovalDecision, source: DecisionSource) -> Approval {
         if !record.approve() {
             // Cancelled between the decision and now: the cancel won (S2).
             self.withdrawn(record);
             return Approval::Closed(None);
         }
-        self.resolved(record, decision, automatic, source);
+        self.resolved(record, decision, source);
         Approval::Approved(
             UserAction {
                 primary_confirmed: true,
                 secondary_confirmed: false,
-                automatic,
+                automatic: source.is_automatic(),
             },
             source,
         )
@@ -372,11 +350,10 @@ impl ReplyCx<'_> {
         record: &CallRecord,
         decision: ApprovalDecision,
         reason: Option<String>,
-        automatic: bool,
         source: DecisionSource,
     ) -> Approval {
         if record.finish(ToolCallState::Declined { reason }) {
-            self.resolved(record, decision, automatic, source);
+            self.resolved(record, decision, source);
             Approval::Closed(Some(source))
         } else if let Some(ToolCallState::Declined { .. }) = record.terminal() {
             // Declined already because the reply's listener went away (A15), and announced.

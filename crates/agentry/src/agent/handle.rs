@@ -10,7 +10,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::AgentInner;
-use super::approval::NO_DECISION;
 use super::events::{AgentEvent, CancelTarget, EventHub};
 use super::meter::Meter;
 use crate::model::ChatUsage;
@@ -18,6 +17,9 @@ use crate::tool::{
     ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, ToolCallState,
 };
 use crate::{CallId, ReplyId};
+
+/// The reason of a call declined because nobody could decide (A15).
+pub(super) const NO_DECISION: &str = "no decision";
 
 /// Why a decision was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -210,7 +212,6 @@ impl ActiveReply {
                 reply_id: self.reply_id.clone(),
                 call_id: record.call_id.clone(),
                 decision: ApprovalDecision::Decline { reason },
-                automatic: true,
                 source: DecisionSource::NoDecision,
             },
         );

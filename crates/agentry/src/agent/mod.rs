@@ -371,7 +371,7 @@ impl ReActAgent {
         let active = react::new_reply(Some(tx));
         let reply = Arc::downgrade(&active);
         // In the caller's OpenTelemetry context: the reply's span is a child of the caller's.
-        let task = tokio::spawn(trace::in_current_context(async move {
+        let task = tokio::spawn(crate::trace_context::in_current_context(async move {
             ReplyCx::run(&inner, incoming, None, active).await
         }));
         ReplyRun {

@@ -71,6 +71,16 @@ pub(crate) enum Incoming {
     Resume,
 }
 
+impl Incoming {
+    /// The new message, if there is one.
+    fn message(&self) -> Option<&Msg> {
+        match self {
+            Incoming::Message(msg) => msg.as_ref(),
+            Incoming::Resume => None,
+        }
+    }
+}
+
 impl<'a> ReplyCx<'a> {
     /// Runs one reply from start to `ReplyFinished`.
     pub(crate) async fn run(
@@ -95,7 +105,7 @@ impl<'a> ReplyCx<'a> {
                 .price(inner.config.model.model_name())
                 .copied(),
         );
-        let agent_span = trace::invoke_agent(inner, &reply_id, &incoming);
+        let agent_span = trace::invoke_agent(inner, &reply_id, incoming.message());
         let mut cx = ReplyCx {
             inner,
             active,

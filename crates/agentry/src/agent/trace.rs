@@ -50,7 +50,6 @@ use serde_json::{Value, json};
 
 use super::AgentInner;
 use super::events::StopReason;
-use super::react::Incoming;
 use crate::ReplyId;
 use crate::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
 use crate::model::{ChatModel, ChatRequest, ChatResponse, ChatStream, ChatUsage, ModelError};
@@ -163,7 +162,7 @@ struct Traced {
 }
 
 /// The `invoke_agent` span of one reply.
-pub(super) fn invoke_agent(inner: &AgentInner, reply_id: &ReplyId, incoming: &Incoming) -> ReplySpan {
+pub(super) fn invoke_agent(inner: &AgentInner, reply_id: &ReplyId, incoming: Option<&Msg>) -> ReplySpan {
     let settings = &inner.config.trace;
     let Some(tracer) = &settings.tracer else {
         return ReplySpan(None);
@@ -178,7 +177,7 @@ pub(super) fn invoke_agent(inner: &AgentInner, reply_id: &ReplyId, incoming: &In
         attributes.push(KeyValue::new("gen_ai.conversation.id", id.clone()));
     }
     if settings.content
-        && let Incoming::Message(Some(msg)) = incoming
+        && let Some(msg) = incoming
     {
         attributes.push(KeyValue::new(
             "gen_ai.input.messages",
@@ -412,19 +411,6 @@ impl ToolSpan {
             Some(cx) => Either::Left(call.with_context(cx.clone())),
             None => Either::Right(call),
         }
-    }
-}
-
-/// `task` carrying the current OpenTelemetry context when it has a span, for a future about to
-/// be spawned: spans made in the task are then children of that span, as without the spawn.
-pub(crate) fn in_current_context<F: std::future::Future>(
-    task: F,
-) -> Either<opentelemetry::context::WithContext<F>, F> {
-    let cx = Context::current();
-    if cx.has_active_span() {
-        Either::Left(task.with_context(cx))
-    } else {
-        Either::Right(task)
     }
 }
 

@@ -36,7 +36,7 @@ pub(super) fn run_tool(
     let name = entry.name.clone();
     // In the caller's span and OpenTelemetry context (the call's `execute_tool`): what the body
     // traces is its child.
-    tokio::spawn(crate::agent::trace::in_current_context(
+    tokio::spawn(crate::trace_context::in_current_context(
         drive(entry, call, args, ctx, tx).in_current_span(),
     ));
     stream::unfold((rx, false), move |(mut rx, finished)| {

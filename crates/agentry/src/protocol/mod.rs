@@ -1,5 +1,6 @@
 //! The wire shape of what crosses a process boundary: events, messages, call states,
 //! decisions, cancel outcomes and usage, as the store writes them and the server sends them.
+//! The types live here and are re-exported where they are used (`agent`, `tool`, `model`).
 //!
 //! Every type here serializes to JSON with `serde`. Enums are internally tagged with a
 //! snake_case `type` (events), `state` (call states) or `decision` (approval decisions) field;
@@ -28,8 +29,21 @@
 //! assert_eq!(back, event);
 //! ```
 
+mod approval;
+mod calls;
+mod events;
+mod usage;
+
+pub use approval::{ApprovalDecision, ApprovalRequest, DecisionSource};
+pub use calls::{CancelCause, CancelOutcome, CancelPhase, CancelReason, ToolCallState};
+pub use events::{AgentEvent, CancelTarget, StopReason};
+pub use usage::ChatUsage;
+
 /// The version of the JSON shapes of this module's types.
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// Version 2 dropped `automatic` from `approval_resolved`: it always equalled "the `source` is
+/// not the user" ([`DecisionSource::is_automatic`]).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// `Duration` as fractional milliseconds.
 pub(crate) mod duration_ms {
@@ -124,7 +138,6 @@ mod tests {
                 decision: ApprovalDecision::DeclineForSession {
                     reason: Some("no".into()),
                 },
-                automatic: true,
                 source: DecisionSource::SessionGrant,
             },
             AgentEvent::ApprovalWithdrawn {
@@ -208,6 +221,28 @@ mod tests {
             serde_json::to_value(&events[11]).unwrap(),
             json!({"type": "text_calls_recovered", "reply_id": "r", "call_ids": ["c1", "c2"]})
         );
+    }
+
+    /// Version 2: `approval_resolved` has no `automatic`; a version-1 event that has it (kept
+    /// in an older session's event log) still reads.
+    #[test]
+    fn approval_resolved_has_its_source_and_no_automatic_flag() {
+        let resolved = AgentEvent::ApprovalResolved {
+            reply_id: "r".into(),
+            call_id: "c1".into(),
+            decision: ApprovalDecision::Approve,
+            source: DecisionSource::Rule,
+        };
+        assert_eq!(
+            serde_json::to_value(&resolved).unwrap(),
+            json!({"type": "approval_resolved", "reply_id": "r", "call_id": "c1",
+                   "decision": {"decision": "approve"}, "source": "rule"})
+        );
+        let version_1 = json!({"type": "approval_resolved", "reply_id": "r", "call_id": "c1",
+            "decision": {"decision": "approve"}, "automatic": true, "source": "rule"});
+        assert_eq!(serde_json::from_value::<AgentEvent>(version_1).unwrap(), resolved);
+        assert!(DecisionSource::Rule.is_automatic() && !DecisionSource::User.is_automatic());
+        assert_eq!(super::PROTOCOL_VERSION, 2);
     }
 
     #[test]
