@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentry::model::{AnthropicConfig, OpenAiConfig, RetryPolicy};
+use agentry::model::{AnthropicConfig, HttpSettings, OpenAiConfig, RetryPolicy};
 use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
@@ -386,24 +386,21 @@ struct ServerSettings {
     extra_body: Map<String, Value>,
 }
 
-/// Sets the fields every server provider's config has (they are plain public fields of
-/// distinct types, hence a macro) from [`ServerSettings`].
-macro_rules! apply_server_settings {
-    ($config:ident, $settings:ident) => {{
-        if let Some(url) = $settings.base_url {
-            $config.base_url = url;
-        }
-        $config.api_key = $settings.api_key;
-        $config.stream = $settings.stream;
-        if let Some(retry) = $settings.retry {
-            $config.retry = retry;
-        }
-        $config.connect_timeout = $settings.connect_timeout.unwrap_or($config.connect_timeout);
-        $config.read_timeout = $settings.read_timeout.unwrap_or($config.read_timeout);
-        $config.request_timeout = $settings.request_timeout.unwrap_or($config.request_timeout);
-        $config.headers = $settings.headers;
-        $config.extra_body = $settings.extra_body;
-    }};
+/// Sets the HTTP settings every server provider shares from [`ServerSettings`] (what is not
+/// given keeps the provider's default).
+fn apply_server_settings(settings: ServerSettings, http: &mut HttpSettings) {
+    if let Some(url) = settings.base_url {
+        http.base_url = url;
+    }
+    http.api_key = settings.api_key;
+    if let Some(retry) = settings.retry {
+        http.retry = retry;
+    }
+    http.connect_timeout = settings.connect_timeout.unwrap_or(http.connect_timeout);
+    http.read_timeout = settings.read_timeout.unwrap_or(http.read_timeout);
+    http.request_timeout = settings.request_timeout.unwrap_or(http.request_timeout);
+    http.headers = settings.headers;
+    http.extra_body = settings.extra_body;
 }
 
 /// The environment variables of one provider.
@@ -452,8 +449,8 @@ pub fn model_config(args: &ModelArgs, file: &ConfigFile) -> OpenAiConfig {
         api_key: "OPENAI_API_KEY",
     };
     let settings = server_settings(args, file, &names);
-    let mut config = OpenAiConfig::new(settings.model.clone());
-    apply_server_settings!(config, settings);
+    let mut config = OpenAiConfig::new(settings.model.clone()).stream(settings.stream);
+    apply_server_settings(settings, &mut config.http);
     config
 }
 
@@ -465,8 +462,8 @@ pub fn anthropic_config(args: &ModelArgs, file: &ConfigFile) -> AnthropicConfig 
         api_key: "ANTHROPIC_API_KEY",
     };
     let settings = server_settings(args, file, &names);
-    let mut config = AnthropicConfig::new(settings.model.clone());
-    apply_server_settings!(config, settings);
+    let mut config = AnthropicConfig::new(settings.model.clone()).stream(settings.stream);
+    apply_server_settings(settings, &mut config.http);
     if let Some(max_tokens) = args.max_tokens.or(file.max_tokens) {
         config.max_tokens = max_tokens;
     }
@@ -511,11 +508,20 @@ mod tests {
         let config = model_config(&args, &file);
         assert_eq!(config.model, "flag-model");
         assert!(!config.stream);
-        assert_eq!(config.retry.max_retries, 0);
-        assert_eq!(config.headers, vec![("a".to_owned(), "b".to_owned())]);
-        assert_eq!(config.read_timeout, Duration::from_millis(1500), "the flag wins");
-        assert_eq!(config.request_timeout, Duration::from_secs(900));
-        assert_eq!(config.connect_timeout, Duration::from_millis(250));
+        assert_eq!(config.http.retry.max_retries, 0);
+        assert_eq!(config.http.headers, vec![("a".to_owned(), "b".to_owned())]);
+        assert_eq!(
+            config.http.read_timeout,
+            Duration::from_millis(1500),
+            "the flag wins"
+        );
+        assert_eq!(config.http.request_timeout, Duration::from_secs(900));
+        assert_eq!(config.http.connect_timeout, Duration::from_millis(250));
+        // The Anthropic provider takes the same settings, the connect limit included.
+        let anthropic = anthropic_config(&args, &file);
+        assert_eq!(anthropic.http.connect_timeout, Duration::from_millis(250));
+        assert_eq!(anthropic.http.read_timeout, Duration::from_millis(1500));
+        assert!(!anthropic.stream);
         assert!(serde_json::from_str::<ConfigFile>(r#"{"read_timeout": "soon"}"#).is_err());
         assert!(serde_json::from_str::<ConfigFile>(r#"{"read_timeout": 0}"#).is_err());
         assert!(serde_json::from_str::<ConfigFile>(r#"{"modle": "typo"}"#).is_err());

@@ -343,8 +343,8 @@ async fn silent_server_error_names_the_limit_that_fired() {
             .base_url(&server.base_url)
             .stream(stream)
             .retry(fast_retry());
-        config.read_timeout = Duration::from_millis(200);
-        config.request_timeout = Duration::from_millis(if stream { 30_000 } else { 400 });
+        config.http.read_timeout = Duration::from_millis(200);
+        config.http.request_timeout = Duration::from_millis(if stream { 30_000 } else { 400 });
         let model = OpenAiChatModel::new(config).unwrap();
         let err = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
             .await
@@ -452,8 +452,8 @@ async fn slow_non_streamed_answer_is_not_cut_by_the_read_timeout() {
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("late").delay(Duration::from_millis(600)));
     let mut config = config(&fake, false);
-    config.read_timeout = Duration::from_millis(150);
-    config.request_timeout = Duration::from_secs(30);
+    config.http.read_timeout = Duration::from_millis(150);
+    config.http.request_timeout = Duration::from_secs(30);
     let model = OpenAiChatModel::new(config).unwrap();
     let responses = collect(&model, ChatRequest::new(vec![Msg::user("x")]))
         .await

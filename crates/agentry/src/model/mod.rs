@@ -14,6 +14,8 @@ pub mod cassette;
 pub mod fuzz;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub(crate) mod http;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use http::HttpSettings;
 #[cfg(feature = "openai")]
 pub mod openai;
 mod partial_json;

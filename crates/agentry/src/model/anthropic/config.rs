@@ -1,11 +1,7 @@
 //! Configuration of the Anthropic Messages provider.
 
-use std::time::Duration;
-
-use serde_json::{Map, Value};
-
-use super::super::{ModelError, RetryPolicy};
-use crate::model::http::check_base_url;
+use super::super::ModelError;
+use crate::model::http::{HttpSettings, check_base_url, provider_http_setters};
 
 /// The default endpoint when neither the config nor `ANTHROPIC_BASE_URL` names one.
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -26,10 +22,11 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// ```
 #[derive(Debug, Clone)]
 pub struct AnthropicConfig {
-    /// Base URL without the version segment, e.g. `https://api.anthropic.com`.
-    pub base_url: String,
-    /// The API key, sent as `x-api-key`.
-    pub api_key: Option<String>,
+    /// Where and how requests go: the base URL without the version segment (e.g.
+    /// `https://api.anthropic.com`), the API key (sent as `x-api-key`), time limits, retries
+    /// (429, 529 "overloaded", other 5xx, and an `error` event sent before anything else),
+    /// extra headers (e.g. `anthropic-beta`) and body fields (`temperature`, `top_k`, ...).
+    pub http: HttpSettings,
     /// Model name sent with every request.
     pub model: String,
     /// The most tokens a response may generate (the API requires it; default 8,192).
@@ -43,39 +40,18 @@ pub struct AnthropicConfig {
     /// Marks the system prompt and the tools as cacheable (`cache_control: ephemeral`), so
     /// that the next steps of a reply read them from the prompt cache (default on).
     pub prompt_caching: bool,
-    /// Limit for connecting (default 10 s).
-    pub connect_timeout: Duration,
-    /// Limit for a whole request, body included (default 600 s).
-    pub request_timeout: Duration,
-    /// Limit for silence from a streaming server (default 120 s).
-    pub read_timeout: Duration,
-    /// Retries on 429, 529 (overloaded), other 5xx, connection errors, and an `error` event
-    /// sent before anything else (default: 4 retries, backoff from 0.5 s, `retry-after`
-    /// honoured).
-    pub retry: RetryPolicy,
-    /// Extra HTTP headers sent with every request (e.g. `anthropic-beta`).
-    pub headers: Vec<(String, String)>,
-    /// Extra top-level request fields (`temperature`, `top_k`, `metadata`, ...).
-    pub extra_body: Map<String, Value>,
 }
 
 impl AnthropicConfig {
     /// A config for `model` at the default endpoint, streaming, with default limits.
     pub fn new(model: impl Into<String>) -> Self {
         AnthropicConfig {
-            base_url: DEFAULT_ANTHROPIC_BASE_URL.to_owned(),
-            api_key: None,
+            http: HttpSettings::new(DEFAULT_ANTHROPIC_BASE_URL),
             model: model.into(),
             max_tokens: 8192,
             stream: true,
             thinking_budget: None,
             prompt_caching: true,
-            connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(600),
-            read_timeout: Duration::from_secs(120),
-            retry: RetryPolicy::default(),
-            headers: Vec::new(),
-            extra_body: Map::new(),
         }
     }
 
@@ -89,23 +65,13 @@ impl AnthropicConfig {
                 .unwrap_or_default(),
         );
         if let Some(url) = var("ANTHROPIC_BASE_URL") {
-            config.base_url = url;
+            config.http.base_url = url;
         }
-        config.api_key = var("ANTHROPIC_API_KEY");
+        config.http.api_key = var("ANTHROPIC_API_KEY");
         config
     }
 
-    /// Sets the base URL.
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into();
-        self
-    }
-
-    /// Sets the API key.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
-        self
-    }
+    provider_http_setters!();
 
     /// Sets the model name.
     pub fn model(mut self, model: impl Into<String>) -> Self {
@@ -137,39 +103,9 @@ impl AnthropicConfig {
         self
     }
 
-    /// Sets the retry policy.
-    pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// Sets the read timeout (longest silence while streaming).
-    pub fn read_timeout(mut self, timeout: Duration) -> Self {
-        self.read_timeout = timeout;
-        self
-    }
-
-    /// Sets the whole-request timeout.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Adds an HTTP header sent with every request.
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-
-    /// Adds a top-level request field sent with every request.
-    pub fn extra(mut self, key: impl Into<String>, value: Value) -> Self {
-        self.extra_body.insert(key.into(), value);
-        self
-    }
-
     /// The Messages endpoint.
     pub fn messages_url(&self) -> String {
-        format!("{}/v1/messages", self.base_url.trim_end_matches('/'))
+        format!("{}/v1/messages", self.http.base_url.trim_end_matches('/'))
     }
 
     /// Checks that the config can work: a model name, an http(s) URL, an API key for
@@ -180,8 +116,8 @@ impl AnthropicConfig {
                 "no model name: pass --model, or set AGENTRY_MODEL or ANTHROPIC_MODEL".into(),
             ));
         }
-        let url = check_base_url(&self.base_url)?;
-        if url.host_str() == Some("api.anthropic.com") && self.api_key.is_none() {
+        let url = check_base_url(&self.http.base_url)?;
+        if url.host_str() == Some("api.anthropic.com") && self.http.api_key.is_none() {
             return Err(ModelError::Config(
                 "api.anthropic.com needs an API key: set ANTHROPIC_API_KEY, or point ANTHROPIC_BASE_URL at another server"
                     .into(),

@@ -31,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::http::{self, CallLimits, Endpoint, HttpProvider, WireFormat, secret_header};
+use super::http::{self, Endpoint, HttpProvider, WireFormat, secret_header};
 use super::{ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError};
 use response::{Accumulator, decode_message, error_body_text};
 use wire::WireRequest;
@@ -81,7 +81,7 @@ impl AnthropicChatModel {
     pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
         config.validate()?;
         let mut headers = HeaderMap::new();
-        if let Some(key) = &config.api_key {
+        if let Some(key) = &config.http.api_key {
             headers.insert(
                 HeaderName::from_static("x-api-key"),
                 secret_header(key, "API key")?,
@@ -91,14 +91,14 @@ impl AnthropicChatModel {
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
-        let limits = CallLimits {
-            connect_timeout: config.connect_timeout,
-            request_timeout: config.request_timeout,
-            read_timeout: config.read_timeout,
-            retry: config.retry.clone(),
-            stream: config.stream,
-        };
-        let endpoint = Endpoint::new(Messages, config.messages_url(), headers, &config.headers, limits)?;
+        let limits = config.http.limits(config.stream);
+        let endpoint = Endpoint::new(
+            Messages,
+            config.messages_url(),
+            headers,
+            &config.http.headers,
+            limits,
+        )?;
         Ok(AnthropicChatModel {
             inner: Arc::new(Inner { config, endpoint }),
         })
@@ -145,7 +145,7 @@ impl HttpProvider for Inner {
             stream: self.config.stream,
             thinking_budget: self.config.thinking_budget,
             prompt_caching: self.config.prompt_caching,
-            extra: &self.config.extra_body,
+            extra: &self.config.http.extra_body,
         };
         serde_json::to_vec(&wire)
             .map(Bytes::from)

@@ -2,8 +2,12 @@
 //! streamed (SSE) answer into cumulative responses. A provider brings its [`WireFormat`]: how a
 //! whole answer decodes, and how each server event adds to the response.
 
+mod settings;
 mod sse;
 mod transport;
+
+pub use settings::HttpSettings;
+pub(crate) use settings::provider_http_setters;
 
 #[cfg(feature = "openai")]
 pub(crate) use sse::SseDecoder;

@@ -29,7 +29,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 
-use super::http::{self, CallLimits, Endpoint, HttpProvider, SseDecoder, WireFormat, secret_header};
+use super::http::{self, Endpoint, HttpProvider, SseDecoder, WireFormat, secret_header};
 use super::{ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError};
 use response::{Accumulator, decode_completion};
 use wire::WireRequest;
@@ -80,21 +80,15 @@ impl OpenAiChatModel {
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         config.validate()?;
         let mut headers = HeaderMap::new();
-        if let Some(key) = &config.api_key {
+        if let Some(key) = &config.http.api_key {
             headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"), "API key")?);
         }
-        let limits = CallLimits {
-            connect_timeout: config.connect_timeout,
-            request_timeout: config.request_timeout,
-            read_timeout: config.read_timeout,
-            retry: config.retry.clone(),
-            stream: config.stream,
-        };
+        let limits = config.http.limits(config.stream);
         let endpoint = Endpoint::new(
             ChatCompletions,
             config.chat_completions_url(),
             headers,
-            &config.headers,
+            &config.http.headers,
             limits,
         )?;
         Ok(OpenAiChatModel {
@@ -141,7 +135,7 @@ impl HttpProvider for Inner {
             tool_choice: request.tool_choice.as_ref(),
             stream: self.config.stream,
             include_usage: self.config.include_usage,
-            extra: &self.config.extra_body,
+            extra: &self.config.http.extra_body,
         };
         serde_json::to_vec(&wire)
             .map(Bytes::from)
