@@ -1,26 +1,17 @@
 //! `agentry`: run a tool-using agent from the terminal.
 
-mod builtin;
-mod chat;
+mod commands;
 mod config;
-mod eval;
-mod input;
-mod live;
-mod mcp;
-#[cfg(feature = "local")]
-mod models;
-mod render;
-mod run;
-mod sanitize;
-mod serve;
-mod session;
-mod sessions;
-mod tools;
+mod exit;
+mod setup;
+mod terminal;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use commands::{chat, eval, mcp, run, serve, sessions, tools};
+use terminal::sanitize;
 use tracing_subscriber::field::MakeExt;
 
 #[derive(Debug, Parser)]
@@ -68,7 +59,7 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// The models the local provider fetches by name: list, pull, path.
     #[cfg(feature = "local")]
-    Model(models::ModelArgs),
+    Model(commands::model::ModelArgs),
     /// The conversations kept by `--session`: list, show, export, import, delete.
     Sessions(sessions::SessionsArgs),
     /// The script tools (`--tools-dir`): list them, with the ones that do not load.
@@ -140,7 +131,7 @@ fn main() -> ExitCode {
             Command::Chat(args) => chat::chat(args).await,
             Command::Mcp(args) => mcp::mcp(args).await,
             #[cfg(feature = "local")]
-            Command::Model(args) => models::model(args).await,
+            Command::Model(args) => commands::model::model(args).await,
             Command::Eval(args) => eval::eval(args).await,
             Command::Sessions(args) => sessions::sessions(args).await,
             Command::Serve(args) => serve::serve(args).await,

@@ -17,7 +17,7 @@ use agentry::{AgentEvent, ReActAgent};
 use agentry_local::{LocalModel, LocalModelConfig};
 use futures::StreamExt;
 
-/// The request (the same one `bench/local-models/README.md` sends to llama-server).
+/// The request (the same one `benchmarks/local-models/README.md` sends to llama-server).
 pub const SYSTEM: &str = "You are a helpful assistant.";
 /// The question.
 pub const USER: &str =

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::openapi::{ErrorBody, ErrorDetail};
+use crate::bodies::{ErrorBody, ErrorDetail};
 
 /// An API error: nothing was changed by the request that got it.
 #[derive(Debug, thiserror::Error)]

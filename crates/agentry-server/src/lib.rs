@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod bodies;
 mod error;
 mod events;
 mod loopback_guard;
@@ -140,7 +141,9 @@ impl Server {
     }
 
     fn api(&self, security: Security) -> Router {
-        let router = routes::routes().with_state(Arc::clone(&self.state));
+        let router = routes::routes()
+            .route("/openapi.json", axum::routing::get(openapi::document))
+            .with_state(Arc::clone(&self.state));
         match security {
             Security::Loopback => {
                 let guard = Arc::new(self.guard.clone());

@@ -16,12 +16,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::error::ApiError;
-use crate::events::{ResumeError, last_handed_out};
-use crate::openapi::{
-    ApiDoc, DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, OutcomeKind, ReplyStarted,
+use crate::bodies::{
+    DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, OutcomeKind, ReplyStarted,
     SessionDetail, SessionList, SessionSummary, ToolInfo, ToolList,
 };
+use crate::error::ApiError;
+use crate::events::{ResumeError, last_handed_out};
 use crate::state::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -30,7 +30,6 @@ type Shared = State<Arc<AppState>>;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/healthz", get(health))
-        .route("/openapi.json", get(openapi))
         .route("/v1/tools", get(tools))
         .route("/v1/sessions", get(list_sessions).post(create_session))
         .route("/v1/sessions/{id}", get(show_session).delete(delete_session))
@@ -45,11 +44,6 @@ pub fn routes() -> Router<Arc<AppState>> {
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health), (status = 401, body = ErrorBody)))]
 pub async fn health() -> Json<Health> {
     Json(Health { status: "ok" })
-}
-
-/// This document.
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(<ApiDoc as utoipa::OpenApi>::openapi())
 }
 
 /// Whether `text` has a character that is not white space (Unicode's `White_Space`, the set the

@@ -7,8 +7,8 @@ use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::Ctx;
-use super::ops::{commit, session_rows, snapshot, touch, write_tx};
 use super::rows::{CALL_COLUMNS, EncodedCall, call_record, call_row, from_json, parse_ts, ts};
+use super::tx::{commit, session_rows, snapshot, touch, write_tx};
 use crate::{CallRecord, CallStatus, PendingApproval, SessionId, StoreError};
 
 // ---- calls ----

@@ -4,7 +4,7 @@
 use rusqlite::{Connection, params};
 
 use super::Ctx;
-use super::ops::{commit, snapshot, write_tx};
+use super::tx::{commit, snapshot, write_tx};
 use crate::{SessionId, StoreError, StoredEvent};
 
 /// Appends each session's events, all in one transaction.

@@ -18,10 +18,15 @@ mod calls;
 mod crash;
 mod derived;
 mod events;
+mod grants;
 mod lease;
-mod ops;
+mod messages;
+mod recover;
 mod rows;
 pub(crate) mod schema;
+mod sessions;
+mod tx;
+mod usage;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -275,8 +280,8 @@ impl SqliteStore {
 }
 
 /// Messages serialized before they go to the blocking pool.
-fn encode_messages(msgs: &[Msg]) -> Result<Vec<ops::Encoded>, StoreError> {
-    msgs.iter().map(ops::Encoded::new).collect()
+fn encode_messages(msgs: &[Msg]) -> Result<Vec<messages::Encoded>, StoreError> {
+    msgs.iter().map(messages::Encoded::new).collect()
 }
 
 #[async_trait]
@@ -284,24 +289,24 @@ impl SessionStore for SqliteStore {
     async fn create_session(&self, name: &str, config: &Value) -> Result<SessionInfo, StoreError> {
         let name = name.to_owned();
         let config = serde_json::to_string(config).map_err(|e| StoreError::encode("session config", e))?;
-        self.run(move |conn, ctx| ops::create_session(conn, ctx, &name, &config))
+        self.run(move |conn, ctx| sessions::create_session(conn, ctx, &name, &config))
             .await
     }
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         let id = id.clone();
-        self.run(move |conn, ctx| ops::session_where(conn, ctx, "s.id = ?1", id.as_str()))
+        self.run(move |conn, ctx| sessions::session_where(conn, ctx, "s.id = ?1", id.as_str()))
             .await
     }
 
     async fn session_named(&self, name: &str) -> Result<Option<SessionInfo>, StoreError> {
         let name = name.to_owned();
-        self.run(move |conn, ctx| ops::session_where(conn, ctx, "s.name = ?1", &name))
+        self.run(move |conn, ctx| sessions::session_where(conn, ctx, "s.name = ?1", &name))
             .await
     }
 
     async fn sessions(&self) -> Result<Vec<SessionInfo>, StoreError> {
-        self.run(ops::sessions).await
+        self.run(sessions::sessions).await
     }
 
     async fn delete_session(&self, id: &SessionId) -> Result<bool, StoreError> {
@@ -311,7 +316,7 @@ impl SessionStore for SqliteStore {
             // Refused while anyone writes it; holding the lease while deleting keeps a writer
             // from starting meanwhile.
             let guard = store.inner.leases.try_lock(&id)?;
-            let deleted = ops::delete_session(conn, ctx, &id)?;
+            let deleted = sessions::delete_session(conn, ctx, &id)?;
             guard.forget();
             Ok(deleted)
         })
@@ -321,7 +326,7 @@ impl SessionStore for SqliteStore {
     async fn set_config(&self, lease: &Lease, config: &Value) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
         let config = serde_json::to_string(config).map_err(|e| StoreError::encode("session config", e))?;
-        self.run(move |conn, ctx| ops::set_config(conn, ctx, &id, &config))
+        self.run(move |conn, ctx| sessions::set_config(conn, ctx, &id, &config))
             .await
     }
 
@@ -331,7 +336,7 @@ impl SessionStore for SqliteStore {
         self.run(move |conn, ctx| {
             let guard = store.inner.leases.try_lock(&id)?;
             // Checked under the lease: a session deleted meanwhile is not found.
-            if ops::session_where(conn, ctx, "s.id = ?1", id.as_str())?.is_none() {
+            if sessions::session_where(conn, ctx, "s.id = ?1", id.as_str())?.is_none() {
                 return Err(StoreError::SessionNotFound(id.to_string()));
             }
             Ok(Lease::new(id, store.inner.id, Box::new(guard)))
@@ -341,19 +346,20 @@ impl SessionStore for SqliteStore {
 
     async fn recover(&self, lease: &Lease, pending: PendingApprovals) -> Result<Recovered, StoreError> {
         let id = self.leased(lease)?;
-        self.run(move |conn, ctx| ops::recover(conn, ctx, &id, pending))
+        self.run(move |conn, ctx| recover::recover(conn, ctx, &id, pending))
             .await
     }
 
     async fn messages(&self, id: &SessionId) -> Result<Vec<Msg>, StoreError> {
         let id = id.clone();
-        self.run(move |conn, ctx| ops::messages(conn, ctx, &id)).await
+        self.run(move |conn, ctx| messages::messages(conn, ctx, &id))
+            .await
     }
 
     async fn append_messages(&self, lease: &Lease, msgs: &[Msg]) -> Result<usize, StoreError> {
         let id = self.leased(lease)?;
         let msgs = encode_messages(msgs)?;
-        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, None, &[], msgs))
+        self.run(move |conn, ctx| messages::insert_messages(conn, ctx, &id, None, &[], msgs))
             .await
     }
 
@@ -366,7 +372,7 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let msgs = encode_messages(msgs)?;
         let before = before.to_owned();
-        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, Some(&before), &[], msgs))
+        self.run(move |conn, ctx| messages::insert_messages(conn, ctx, &id, Some(&before), &[], msgs))
             .await
     }
 
@@ -384,20 +390,22 @@ impl SessionStore for SqliteStore {
             .collect::<Result<Vec<_>, _>>()?;
         let msgs = encode_messages(msgs)?;
         let before = before.map(str::to_owned);
-        self.run(move |conn, ctx| ops::insert_messages(conn, ctx, &id, before.as_deref(), &started, msgs))
-            .await
+        self.run(move |conn, ctx| {
+            messages::insert_messages(conn, ctx, &id, before.as_deref(), &started, msgs)
+        })
+        .await
     }
 
     async fn delete_messages(&self, lease: &Lease, ids: &[String]) -> Result<usize, StoreError> {
         let id = self.leased(lease)?;
         let ids = ids.to_vec();
-        self.run(move |conn, ctx| ops::delete_messages(conn, ctx, &id, Some(&ids)))
+        self.run(move |conn, ctx| messages::delete_messages(conn, ctx, &id, Some(&ids)))
             .await
     }
 
     async fn clear_messages(&self, lease: &Lease) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
-        self.run(move |conn, ctx| ops::delete_messages(conn, ctx, &id, None).map(|_| ()))
+        self.run(move |conn, ctx| messages::delete_messages(conn, ctx, &id, None).map(|_| ()))
             .await
     }
 
@@ -476,20 +484,20 @@ impl SessionStore for SqliteStore {
     async fn put_grant(&self, lease: &Lease, grant: &Grant) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
         let grant = grant.clone();
-        self.run(move |conn, ctx| ops::put_grant(conn, ctx, &id, &grant))
+        self.run(move |conn, ctx| grants::put_grant(conn, ctx, &id, &grant))
             .await
     }
 
     async fn revoke_grant(&self, lease: &Lease, key: &str) -> Result<bool, StoreError> {
         let id = self.leased(lease)?;
         let key = key.to_owned();
-        self.run(move |conn, ctx| ops::revoke_grant(conn, ctx, &id, &key))
+        self.run(move |conn, ctx| grants::revoke_grant(conn, ctx, &id, &key))
             .await
     }
 
     async fn grants(&self, id: &SessionId) -> Result<Vec<Grant>, StoreError> {
         let id = id.clone();
-        self.run(move |conn, ctx| ops::grants(conn, ctx, &id)).await
+        self.run(move |conn, ctx| grants::grants(conn, ctx, &id)).await
     }
 
     async fn record_usage(
@@ -502,13 +510,13 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let reply_id = reply_id.cloned();
         let usage = usage.clone();
-        self.run(move |conn, ctx| ops::record_usage(conn, ctx, &id, reply_id.as_ref(), &usage, cost))
+        self.run(move |conn, ctx| usage::record_usage(conn, ctx, &id, reply_id.as_ref(), &usage, cost))
             .await
     }
 
     async fn usage(&self, id: &SessionId) -> Result<UsageTotals, StoreError> {
         let id = id.clone();
-        self.run(move |conn, ctx| ops::usage(conn, ctx, &id)).await
+        self.run(move |conn, ctx| usage::usage(conn, ctx, &id)).await
     }
 
     async fn append_events(&self, batches: Vec<(&Lease, Vec<StoredEvent>)>) -> Result<(), StoreError> {

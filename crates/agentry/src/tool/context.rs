@@ -50,6 +50,8 @@ struct Inner {
     usage: Option<UsageFn>,
     user_action: Option<UserAction>,
     cancel_grace: Duration,
+    // Read by the MCP tools only.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     on_cancel_budget: Duration,
 }
 
@@ -139,11 +141,13 @@ impl ToolContext {
     /// [`Self::on_cancel_budget`] by construction (the MCP cancel notification): it runs even
     /// when every `on_cancel` slot is held by callbacks that never returned, so that its
     /// effect (the notification) is never skipped (L4).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn set_bounded_on_cancel(&self, on_cancel: impl FnOnce() -> Option<String> + Send + 'static) {
         self.inner.record.set_on_cancel(Box::new(on_cancel), true);
     }
 
     /// How long the agent waits for `on_cancel` before it records the standard result (X10).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn on_cancel_budget(&self) -> Duration {
         self.inner.on_cancel_budget
     }

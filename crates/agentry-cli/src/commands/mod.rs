@@ -1,0 +1,12 @@
+//! The subcommands of `agentry`, one module each; what those that run an agent share is in
+//! [`crate::setup`], what the terminal shows in [`crate::terminal`].
+
+pub mod chat;
+pub mod eval;
+pub mod mcp;
+#[cfg(feature = "local")]
+pub mod model;
+pub mod run;
+pub mod serve;
+pub mod sessions;
+pub mod tools;

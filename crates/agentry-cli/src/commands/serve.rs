@@ -1,0 +1,115 @@
+//! `agentry serve`: the agent over HTTP (see the `agentry-server` crate), on the session store.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentry_server::{Security, Server};
+use agentry_store::SessionStore;
+use clap::Args;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::exit::EXIT_CONFIG;
+use crate::setup::args::AgentArgs;
+use crate::setup::plan::AgentPlan;
+use crate::setup::{Recipe, recipe};
+use crate::terminal::sanitize;
+
+/// The environment variable holding the bearer token, when no --token-file is given.
+const TOKEN_ENV: &str = "AGENTRY_SERVER_TOKEN";
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// Address to listen on; anything but loopback needs a token
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// File holding the bearer token every request must carry (`Authorization: Bearer TOKEN`)
+    /// [env: AGENTRY_SERVER_TOKEN]
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Without a token, also answer requests addressed to this host name (or `name:port`);
+    /// loopback names always are, others are refused against DNS rebinding (repeatable)
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// Without a token, also accept changes sent by web pages of this origin
+    /// (`http://name:port`); the server's own page always may (repeatable)
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+}
+
+fn security(args: &ServeArgs) -> anyhow::Result<Security> {
+    let token = match &args.token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("the token file {}: {e}", path.display()))?,
+        ),
+        None => std::env::var(TOKEN_ENV).ok(),
+    };
+    match token.map(|t| t.trim().to_owned()) {
+        Some(token) if token.is_empty() => anyhow::bail!("the token is empty"),
+        Some(token) => Ok(Security::Token(token)),
+        None if args.addr.ip().is_loopback() => Ok(Security::Loopback),
+        None => anyhow::bail!(
+            "{} is not a loopback address: anyone who reaches it could drive the agent; give a token with \
+             --token-file FILE or {TOKEN_ENV}",
+            args.addr
+        ),
+    }
+}
+
+async fn stop_signal() {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    eprintln!("agentry serve: stopping (running replies are cancelled and saved)");
+}
+
+pub async fn serve(args: ServeArgs) -> ExitCode {
+    match serve_until_stopped(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", sanitize::multiline(&format!("{e:#}")));
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
+    // Everything that can be wrong with the options is found before a model loads.
+    anyhow::ensure!(
+        args.agent.session.is_none(),
+        "serve serves every session of the database; --session is for run and chat"
+    );
+    let security = security(&args)?;
+    let plan = AgentPlan::resolve(&args.agent)?;
+    let store: Arc<dyn SessionStore> = args.agent.store.open()?;
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.addr))?;
+    let Recipe {
+        builder,
+        toolkit,
+        mcp,
+        local: _,
+    } = recipe(plan).await?;
+    let mut server = Server::new(store, toolkit, Arc::from(builder));
+    for host in &args.allowed_hosts {
+        server = server.allow_host(host);
+    }
+    for origin in &args.allowed_origins {
+        server = server.allow_origin(origin);
+    }
+    let addr = listener.local_addr()?;
+    eprintln!("agentry serve: listening on http://{addr} (Ctrl-C or SIGTERM stops)");
+    let served = server.serve(listener, security, stop_signal()).await;
+    mcp.close().await;
+    Ok(served?)
+}

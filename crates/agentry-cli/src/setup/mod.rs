@@ -1,0 +1,179 @@
+//! What every command that runs an agent (`run`, `chat`, `serve`) shares: its flags
+//! ([`args`]), resolved once with the environment and the config file into a plan ([`plan`]),
+//! then built: the model ([`model`]), the MCP servers ([`mcp`]), the tools and permission rules
+//! ([`tools`]), and the durable session ([`session`]), attached the same way as the server
+//! attaches its sessions.
+
+pub mod args;
+pub mod mcp;
+pub mod model;
+pub mod plan;
+pub mod session;
+pub mod tools;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentry::agent::{ReActAgent, ReActAgentBuilder};
+use agentry::model::ModelError;
+use agentry::tool::Toolkit;
+use agentry_store::SessionMemory;
+use agentry_tools::register_builtin_tools;
+
+use crate::exit::{EXIT_CONFIG, SETUP_HINT};
+use crate::terminal::sanitize;
+use args::AgentArgs;
+use mcp::McpServers;
+use model::{LocalFigures, build_model_with_figures};
+use plan::AgentPlan;
+use session::open_session;
+use tools::{check_permission_rules, load_script_tools};
+
+/// An agent and the MCP servers it uses (close them when done).
+pub struct Setup {
+    /// The agent, its toolkit holding the built-in and MCP tools.
+    pub agent: ReActAgent,
+    /// The servers behind its MCP tools.
+    pub mcp: McpServers,
+    /// The local model, if the agent runs one (for `--verbose`).
+    pub local: LocalFigures,
+    /// The durable session the agent's memory lives in (`--session`).
+    pub session: Option<Arc<SessionMemory>>,
+}
+
+/// What makes an agent of the command's options: its builder (as often as needed: the server
+/// makes one agent per session), and what it shares.
+pub struct Recipe {
+    /// A builder with the model, tools, prompt, limits and rules set; the session is the
+    /// caller's (`SessionMemory::attach`).
+    pub builder: Box<dyn Fn() -> ReActAgentBuilder + Send + Sync>,
+    /// The tools every agent of the recipe has.
+    pub toolkit: Toolkit,
+    /// The servers behind its MCP tools (close them when done).
+    pub mcp: McpServers,
+    /// The local model, if it runs one.
+    pub local: LocalFigures,
+}
+
+/// Builds the agent of `args`: the plan, then (before the model loads, so that a session
+/// another agentry is using stops the command at once) the session, then the recipe, attached.
+pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
+    let plan = AgentPlan::resolve(args)?;
+    let session = match &plan.session {
+        Some(wanted) => Some(
+            open_session(
+                &wanted.store,
+                &wanted.name,
+                &serde_json::json!({"agent": "agentry"}),
+                wanted.pending,
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let Recipe {
+        builder,
+        mcp,
+        local,
+        toolkit: _,
+    } = recipe(plan).await?;
+    let built = match &session {
+        Some(memory) => memory
+            .attach(builder())
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|builder| Ok(builder.build()?)),
+        None => builder().build().map_err(anyhow::Error::from),
+    };
+    match built {
+        Ok(agent) => Ok(Setup {
+            agent,
+            mcp,
+            local,
+            session,
+        }),
+        Err(e) => {
+            mcp.close().await;
+            Err(e)
+        }
+    }
+}
+
+/// Loads the model, starts the MCP servers and registers the tools the plan names.
+pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
+    let (model, local) = build_model_with_figures(plan.provider).await?;
+    let toolkit = Toolkit::new();
+    register_builtin_tools(&toolkit, &plan.workdir)?;
+    let mut scripts = load_script_tools(&plan.scripts, &plan.file);
+    scripts.register(&toolkit);
+    for error in &scripts.errors {
+        eprintln!(
+            "warning: a script tool was not loaded: {}",
+            sanitize::multiline(&error.to_string())
+        );
+    }
+    let mcp = McpServers::start(&plan.mcp_servers, &toolkit).await;
+    if let Err(e) = check_permission_rules(&plan.permissions, &toolkit) {
+        mcp.close().await;
+        return Err(e);
+    }
+    let system = plan
+        .system
+        .unwrap_or_else(|| default_system_prompt(&plan.workdir, &mcp));
+    if plan.budget.max_cost.is_some() && plan.prices.price(model.model_name()).is_none() {
+        eprintln!(
+            "warning: --max-cost-per-reply needs the price of {:?} in the config's \"prices\"; without it only tokens are limited",
+            sanitize::line(model.model_name())
+        );
+    }
+    let (prices, budget, permissions) = (plan.prices, plan.budget, plan.permissions);
+    let (max_iters, parallel, shim) = (plan.max_iters, plan.parallel, plan.tool_shim);
+    let tools = toolkit.clone();
+    let builder = move || {
+        ReActAgent::builder()
+            .name("agentry")
+            .sys_prompt(system.clone())
+            .model(Arc::clone(&model))
+            .toolkit(tools.clone())
+            .prices(prices.clone())
+            .budget(budget)
+            .max_iters(max_iters)
+            .parallel_tool_calls(parallel)
+            .tool_shim(shim)
+            .permissions(permissions.clone())
+    };
+    Ok(Recipe {
+        builder: Box::new(builder),
+        toolkit,
+        mcp,
+        local,
+    })
+}
+
+/// Builds the agent, or says what is wrong (exit code 2).
+pub async fn agent_or_exit(args: &AgentArgs) -> Result<Setup, ExitCode> {
+    build_agent(args).await.map_err(|e| {
+        eprintln!("error: {}", sanitize::multiline(&format!("{e:#}")));
+        if e.downcast_ref::<ModelError>().is_some() {
+            eprintln!("{SETUP_HINT}");
+        }
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+/// The system prompt when none is given: what the built-in tools do, and which MCP servers run.
+fn default_system_prompt(workdir: &std::path::Path, mcp: &McpServers) -> String {
+    let mut prompt = format!(
+        "You are Agentry, a helpful assistant in a terminal. You can tell the time, do exact arithmetic, and \
+         list, read, search and (with the user's approval) write files in the working directory {}. Use a \
+         tool whenever it gives a more reliable answer than guessing. Answer concisely.",
+        workdir.display()
+    );
+    if !mcp.is_empty() {
+        prompt.push_str(&format!(
+            " You also have tools from MCP servers ({}); use them when they fit the task.",
+            mcp.names().join(", ")
+        ));
+    }
+    prompt
+}

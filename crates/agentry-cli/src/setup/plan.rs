@@ -1,0 +1,115 @@
+//! The options of a command that runs an agent, resolved once: flags, then the environment, then
+//! the config file, read and checked before anything loads or starts, so that a mistake stops
+//! the command without side effects.
+
+use std::path::PathBuf;
+
+use agentry::mcp::McpServerConfig;
+use agentry::tool::PermissionRules;
+use agentry::usage::{PriceTable, ReplyBudget};
+use agentry_store::PendingApprovals;
+use anyhow::Context;
+
+use super::args::{AgentArgs, ScriptArgs};
+use super::mcp::load_mcp_servers;
+use super::session::StoreArgs;
+use crate::config::{ConfigFile, ProviderConfig, load_config_file, provider_config, tool_shim};
+
+/// What a command's agent is made of, every option resolved.
+pub struct AgentPlan {
+    /// The model to load.
+    pub provider: ProviderConfig,
+    /// The only directory the file tools touch (resolved).
+    pub workdir: PathBuf,
+    /// The MCP servers to start.
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// Where script tools come from.
+    pub scripts: ScriptArgs,
+    /// The system prompt; `None` for the default one (which names the MCP servers that start).
+    pub system: Option<String>,
+    /// Rounds before the agent must summarise.
+    pub max_iters: usize,
+    /// Calls of one answer run concurrently.
+    pub parallel: bool,
+    /// Calls written as text are run.
+    pub tool_shim: bool,
+    /// Token and cost limits per reply.
+    pub budget: ReplyBudget,
+    /// Prices per model, for costs and the cost budget.
+    pub prices: PriceTable,
+    /// The permission rules (`--allow`, `--deny`, `"permissions"`).
+    pub permissions: PermissionRules,
+    /// The session continued (`--session`), if any.
+    pub session: Option<SessionPlan>,
+    /// The config file, for what the command reads besides (script tools' settings).
+    pub file: ConfigFile,
+}
+
+/// The durable session a command continues.
+pub struct SessionPlan {
+    /// Its name.
+    pub name: String,
+    /// Where it is kept.
+    pub store: StoreArgs,
+    /// What becomes of calls left waiting for approval.
+    pub pending: PendingApprovals,
+}
+
+impl AgentPlan {
+    /// Reads the config file and resolves every option of `args`; fails on anything wrong with
+    /// them (a bad file, rule, directory or provider setting), before anything starts.
+    pub fn resolve(args: &AgentArgs) -> anyhow::Result<Self> {
+        let file = load_config_file(args.model.config.as_deref())?;
+        let provider = provider_config(&args.model, &file)?;
+        let workdir = args
+            .workdir
+            .canonicalize()
+            .with_context(|| format!("the working directory {} is not usable", args.workdir.display()))?;
+        anyhow::ensure!(
+            workdir.is_dir(),
+            "the working directory {} is not a directory",
+            workdir.display()
+        );
+        let mcp_servers = load_mcp_servers(args.mcp_config.as_deref(), args.no_mcp)?;
+        Ok(AgentPlan {
+            provider,
+            workdir,
+            mcp_servers,
+            scripts: ScriptArgs {
+                tools_dirs: args.scripts.tools_dirs.clone(),
+                allow_script_network: args.scripts.allow_script_network,
+            },
+            system: args.system.clone().or_else(|| file.system_prompt.clone()),
+            max_iters: args.max_iters.or(file.max_iters).unwrap_or(10),
+            parallel: args.parallel,
+            tool_shim: tool_shim(&args.model, &file),
+            budget: ReplyBudget {
+                max_tokens: args.max_tokens_per_reply.or(file.max_tokens_per_reply),
+                max_cost: args.max_cost_per_reply.or(file.max_cost_per_reply),
+            },
+            prices: file.prices.clone(),
+            permissions: permission_rules(args, &file)?,
+            session: args.session.as_ref().map(|name| SessionPlan {
+                name: name.clone(),
+                store: args.store.clone(),
+                pending: match args.close_pending {
+                    true => PendingApprovals::Close,
+                    false => PendingApprovals::Keep,
+                },
+            }),
+            file,
+        })
+    }
+}
+
+/// The permission rules of the flags and the config file.
+fn permission_rules(args: &AgentArgs, file: &ConfigFile) -> anyhow::Result<PermissionRules> {
+    let mut rules = PermissionRules::new();
+    for rule in args.allow.iter().chain(&file.permissions.allow) {
+        rules = rules.allow(rule)?;
+    }
+    for rule in args.deny.iter().chain(&file.permissions.deny) {
+        rules = rules.deny(rule)?;
+    }
+    Ok(rules)
+}

@@ -1,0 +1,12 @@
+//! Everything the terminal shows and reads: the driver of a reply (events drawn, approval
+//! questions asked, Ctrl-C), prompt editing, the live lines, the renderer, the ledger lines, and
+//! the escaping that keeps model and tool text from driving the terminal.
+
+pub mod driver;
+pub mod input;
+pub mod ledger;
+pub mod live;
+pub mod render;
+pub mod sanitize;
+
+pub use driver::{Outcome, Terminal, received};

@@ -1,0 +1,77 @@
+//! The transaction rules of every operation: one transaction each; writes use `BEGIN
+//! IMMEDIATE`, so the write lock is taken first and the busy timeout applies to it (a deferred
+//! transaction that upgrades to writing can fail with BUSY at once in WAL mode); reads see one
+//! snapshot.
+
+use chrono::Utc;
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+
+use super::Ctx;
+use super::rows::ts;
+use crate::{SessionId, StoreError};
+
+pub(super) fn write_tx<'c>(conn: &'c mut Connection, ctx: &Ctx) -> Result<Transaction<'c>, StoreError> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| ctx.err(e))
+}
+
+/// Marks the session as written now, to the second: a session written again within the same
+/// second keeps its time, so a step's writes do not each rewrite the session's page.
+pub(super) fn touch(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
+    let now = Utc::now();
+    let stale = now - chrono::Duration::seconds(1);
+    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1 AND updated_at < ?3")
+        .and_then(|mut s| s.execute(params![id.as_str(), ts(now), ts(stale)]))
+        .map_err(|e| ctx.err(e))?;
+    Ok(())
+}
+
+pub(super) fn commit(tx: Transaction<'_>, ctx: &Ctx) -> Result<(), StoreError> {
+    #[cfg(feature = "crash-points")]
+    super::crash::point(super::crash::Moment::BeforeCommit);
+    tx.commit().map_err(|e| ctx.err(e))?;
+    #[cfg(feature = "crash-points")]
+    super::crash::point(super::crash::Moment::AfterCommit);
+    Ok(())
+}
+
+pub(super) fn exists(conn: &Connection, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
+    let found = conn
+        .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+        .and_then(|mut s| s.exists([id.as_str()]))
+        .map_err(|e| ctx.err(e))?;
+    if found {
+        Ok(())
+    } else {
+        Err(StoreError::SessionNotFound(id.to_string()))
+    }
+}
+
+/// A read transaction on session `id`, which must exist: the check and the reads that follow
+/// see the same snapshot.
+pub(super) fn snapshot<'c>(
+    conn: &'c mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+) -> Result<Transaction<'c>, StoreError> {
+    let tx = conn.transaction().map_err(|e| ctx.err(e))?;
+    exists(&tx, ctx, id)?;
+    Ok(tx)
+}
+
+/// The rows `sql` selects for session `id` (its one parameter, `?1`): each read by `read`, then
+/// decoded by `decode` once the statement is done.
+pub(super) fn session_rows<R, T>(
+    conn: &Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    sql: &str,
+    read: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<R>,
+    decode: impl FnMut(R) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let rows = conn
+        .prepare_cached(sql)
+        .and_then(|mut s| s.query_map([id.as_str()], read)?.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| ctx.err(e))?;
+    rows.into_iter().map(decode).collect()
+}
