@@ -6,30 +6,9 @@ use crate::common;
 
 use agentry_testkit::{FakeLlm, Reply};
 use common::program::Program;
-use common::{agentry, serve_args, server_base, text};
-use futures::StreamExt;
-use serde_json::{Value, json};
+use common::{agentry, http_client, serve_args, served_reply, server_base, text};
 
-/// An HTTP client (reqwest is built without a default TLS crypto provider).
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
-
-async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
-    let response = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (
-        status,
-        serde_json::from_str(&response.text().await.unwrap()).unwrap(),
-    )
-}
+use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_over_http_and_stops_cleanly_on_sigterm() {
@@ -39,32 +18,8 @@ async fn serve_answers_over_http_and_stops_cleanly_on_sigterm() {
     fake.push(Reply::text("Hello from the server."));
     let server = Program::start(&serve_args(&fake, home, &["--addr", "127.0.0.1:0"]), home);
     let base = server_base(&server).await;
-    let client = client();
-    let (status, created) = post(&client, format!("{base}/v1/sessions"), json!({"name": "web"})).await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().unwrap().to_owned();
-    let events = client
-        .get(format!("{base}/v1/sessions/{id}/events"))
-        .send()
-        .await
-        .unwrap();
-    let (status, _) = post(
-        &client,
-        format!("{base}/v1/sessions/{id}/messages"),
-        json!({"text": "hi"}),
-    )
-    .await;
-    assert_eq!(status, 202);
-    let mut body = events.bytes_stream();
-    let mut seen = String::new();
-    tokio::time::timeout(std::time::Duration::from_secs(20), async {
-        while !seen.contains("\"type\":\"reply_finished\"") {
-            let chunk = body.next().await.unwrap().unwrap();
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    })
-    .await
-    .unwrap();
+    let client = http_client();
+    let (_, seen) = served_reply(&client, &base, "web", "hi").await;
     assert!(seen.contains("Hello from the server."), "{seen}");
     assert!(seen.contains("id: 1\n"), "{seen}");
 

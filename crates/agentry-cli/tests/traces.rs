@@ -9,9 +9,7 @@ use std::time::Duration;
 use agentry_otel::receiver::OtlpReceiver;
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::program::Program;
-use common::{command, output, run_args, serve_args, server_base, text};
-use futures::StreamExt;
-use serde_json::{Value, json};
+use common::{command, http_client, output, run_args, serve_args, served_reply, server_base, text};
 
 fn script(fake: &FakeLlm) {
     fake.push(Reply::tool_calls([Call::new(
@@ -108,44 +106,7 @@ async fn a_served_reply_is_traced_with_its_session_as_the_conversation() {
     serve.env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
     let server = Program::start_command(serve);
     let base = server_base(&server).await;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::new();
-    let post = |url: String, body: Value| {
-        client
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-    };
-    let created: Value = post(format!("{base}/v1/sessions"), json!({"name": "traced"}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap().to_owned();
-    let events = client
-        .get(format!("{base}/v1/sessions/{id}/events"))
-        .send()
-        .await
-        .unwrap();
-    let started = post(
-        format!("{base}/v1/sessions/{id}/messages"),
-        json!({"text": "What is 6*7?"}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(started.status().as_u16(), 202);
-    let mut body = events.bytes_stream();
-    let mut seen = String::new();
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while !seen.contains("\"type\":\"reply_finished\"") {
-            let chunk = body.next().await.unwrap().unwrap();
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    })
-    .await
-    .unwrap();
+    let (id, _) = served_reply(&http_client(), &base, "traced", "What is 6*7?").await;
     server.terminate();
     let (status, _, err) = server.finish().await;
     assert!(status.success(), "{err}");

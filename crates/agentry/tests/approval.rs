@@ -48,30 +48,6 @@ fn agent_with(
     configure(builder(fake, true, toolkit)).build().unwrap()
 }
 
-fn approval_events(events: &[AgentEvent], call_id: &str) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            AgentEvent::ApprovalRequested {
-                call_id: id,
-                automatic,
-                ..
-            } if id == call_id => Some(format!("requested automatic={automatic}")),
-            AgentEvent::ApprovalResolved {
-                call_id: id,
-                decision,
-                source,
-                ..
-            } if id == call_id => Some(format!(
-                "resolved {decision:?} automatic={} {source:?}",
-                source.is_automatic()
-            )),
-            AgentEvent::ApprovalWithdrawn { call_id: id, .. } if id == call_id => Some("withdrawn".into()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// A request function that counts its invocations.
 fn counting_request(
     count: &Arc<AtomicUsize>,

@@ -175,6 +175,30 @@ struct WatchingMemory {
     at_record: Arc<std::sync::Mutex<Vec<u64>>>,
 }
 
+impl WatchingMemory {
+    /// An in-process memory watching `watched`, noting into `at_record`.
+    fn of(client: &McpClient, watched: &'static str, at_record: &Arc<std::sync::Mutex<Vec<u64>>>) -> Self {
+        WatchingMemory {
+            inner: agentry::memory::InMemoryMemory::new(),
+            client: client.clone(),
+            watched,
+            at_record: Arc::clone(at_record),
+        }
+    }
+}
+
+/// L4's two checks: one notification was queued when the watched result was stored, and the
+/// server received exactly one.
+async fn queued_before_stored_and_sent_once(at_record: &std::sync::Mutex<Vec<u64>>, client: &McpClient) {
+    assert_eq!(
+        at_record.lock().unwrap().first().copied(),
+        Some(1),
+        "queued before the cancelled result was stored (L4)"
+    );
+    control_request(client).await;
+    assert_eq!(cancel_lines(client).len(), 1, "{:?}", client.stderr_tail());
+}
+
 #[async_trait::async_trait]
 impl agentry::memory::Memory for WatchingMemory {
     async fn add(&self, msgs: Vec<Msg>) -> Result<(), agentry::memory::MemoryError> {
@@ -218,12 +242,7 @@ async fn l4_the_cancel_notification_is_queued_before_the_result_is_recorded() {
         .unwrap();
     let at_record = Arc::new(std::sync::Mutex::new(Vec::new()));
     let agent = builder(&fake, true, toolkit)
-        .memory(WatchingMemory {
-            inner: agentry::memory::InMemoryMemory::new(),
-            client: client.clone(),
-            watched: "c1",
-            at_record: Arc::clone(&at_record),
-        })
+        .memory(WatchingMemory::of(&client, "c1", &at_record))
         .build()
         .unwrap();
     let (handle, mut driver) = Driver::go(&agent);
@@ -236,14 +255,7 @@ async fn l4_the_cancel_notification_is_queued_before_the_result_is_recorded() {
     let (reply, events) = driver.finish().await;
     reply.unwrap();
     check_all(&agent, &events).await;
-    assert_eq!(
-        at_record.lock().unwrap().first().copied(),
-        Some(1),
-        "queued before the cancelled result was stored (L4)"
-    );
-    // And it reaches the server, once.
-    control_request(&client).await;
-    assert_eq!(cancel_lines(&client).len(), 1, "{:?}", client.stderr_tail());
+    queued_before_stored_and_sent_once(&at_record, &client).await;
     fake.assert_no_violations();
 }
 
@@ -269,12 +281,7 @@ async fn l4_the_notification_goes_out_even_when_every_on_cancel_slot_is_held() {
     let agent = builder(&fake, true, toolkit)
         .parallel_tool_calls(true)
         .on_cancel_limit(1)
-        .memory(WatchingMemory {
-            inner: agentry::memory::InMemoryMemory::new(),
-            client: client.clone(),
-            watched: "c1",
-            at_record: Arc::clone(&at_record),
-        })
+        .memory(WatchingMemory::of(&client, "c1", &at_record))
         .build()
         .unwrap();
     let (handle, mut driver) = Driver::go(&agent);
@@ -288,13 +295,7 @@ async fn l4_the_notification_goes_out_even_when_every_on_cancel_slot_is_held() {
     probe.unblock_on_cancel();
     reply.unwrap();
     check_all(&agent, &events).await;
-    assert_eq!(
-        at_record.lock().unwrap().first().copied(),
-        Some(1),
-        "queued before c1's cancelled result was stored, without a slot (L4)"
-    );
-    control_request(&client).await;
-    assert_eq!(cancel_lines(&client).len(), 1, "{:?}", client.stderr_tail());
+    queued_before_stored_and_sent_once(&at_record, &client).await;
     fake.assert_no_violations();
 }
 

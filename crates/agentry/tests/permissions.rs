@@ -3,13 +3,21 @@
 
 use crate::common;
 
-use agentry::agent::{AgentEvent, SessionGrant};
+use agentry::agent::SessionGrant;
 use agentry::message::Msg;
 use agentry::tool::{ApprovalDecision, DECLINED, PermissionRules, ToolCallState, ToolOptions, Toolkit};
 use agentry_testkit::{Call, FakeLlm, Reply};
 use common::probe::{Driver, Probe, asked};
 use common::*;
 use serde_json::{Value, json};
+
+/// A call decided by a rule, as `approval_events` shows it.
+const RULE: [&str; 2] = ["requested automatic=true", "resolved Approve automatic=true Rule"];
+/// A call the user approved.
+const USER: [&str; 2] = [
+    "requested automatic=false",
+    "resolved Approve automatic=false User",
+];
 
 fn call(id: &str, tool: &str, args: Value) -> Call {
     Call::new(id, tool, args.to_string())
@@ -26,24 +34,6 @@ fn toolkit(probe: &Probe) -> Toolkit {
         .unwrap();
     toolkit.register(probe.tool("free")).unwrap();
     toolkit
-}
-
-/// `(requested automatic, resolved source)` of `call_id`'s approval events.
-fn decided(events: &[AgentEvent], call_id: &str) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            AgentEvent::ApprovalRequested {
-                call_id: id,
-                automatic,
-                ..
-            } if id == call_id => Some(format!("requested automatic={automatic}")),
-            AgentEvent::ApprovalResolved {
-                call_id: id, source, ..
-            } if id == call_id => Some(format!("resolved by {source:?}")),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -125,10 +115,11 @@ async fn a20_deny_wins_over_allow_rules_grants_and_auto_approval_and_stops_free_
             matches!(state_of(&events, id), ToolCallState::Declined { .. }),
             "{id}"
         );
-        assert_eq!(
-            decided(&events, id),
-            ["requested automatic=true", "resolved by Rule"],
-            "{id}"
+        let decided = approval_events(&events, id);
+        assert_eq!(decided[0], "requested automatic=true", "{id}");
+        assert!(
+            decided[1].starts_with("resolved Decline") && decided[1].ends_with("automatic=true Rule"),
+            "{id}: {decided:?}"
         );
         let (text, is_error, _) = stored(&memory, id);
         assert!(is_error, "{id}");
@@ -138,10 +129,7 @@ async fn a20_deny_wins_over_allow_rules_grants_and_auto_approval_and_stops_free_
             "{id}: {text}"
         );
     }
-    assert_eq!(
-        decided(&events, "ok"),
-        ["requested automatic=true", "resolved by Rule"]
-    );
+    assert_eq!(approval_events(&events, "ok"), RULE);
     // The model read why.
     assert!(tool_message(&fake, 1, "secret").contains("deny guarded:notes/private/**"));
     fake.assert_no_violations();
@@ -167,10 +155,7 @@ async fn a20_a_call_no_rule_covers_is_asked_as_before() {
     handle.decide("g", ApprovalDecision::Approve).unwrap();
     let (_, events) = driver.finish().await;
     check_all(&agent, &events).await;
-    assert_eq!(
-        decided(&events, "g"),
-        ["requested automatic=false", "resolved by User"]
-    );
+    assert_eq!(approval_events(&events, "g"), USER);
     assert_eq!(probe.runs(), 1);
     fake.assert_no_violations();
 }

@@ -146,3 +146,66 @@ pub async fn server_base(server: &program::Program) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// An HTTP client (reqwest is built without a default TLS crypto provider).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// `POST url` with a JSON body: the status and the JSON answer.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: String,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        serde_json::from_str(&response.text().await.unwrap()).unwrap(),
+    )
+}
+
+/// On the `agentry serve` at `base`: creates session `name`, sends `text`, and reads the
+/// session's event stream to the end of the reply. The session's id and the stream's text.
+pub async fn served_reply(client: &reqwest::Client, base: &str, name: &str, text: &str) -> (String, String) {
+    use futures::StreamExt;
+    let (status, created) = post_json(
+        client,
+        format!("{base}/v1/sessions"),
+        serde_json::json!({"name": name}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let events = client
+        .get(format!("{base}/v1/sessions/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    let (status, _) = post_json(
+        client,
+        format!("{base}/v1/sessions/{id}/messages"),
+        serde_json::json!({"text": text}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let mut body = events.bytes_stream();
+    let mut seen = String::new();
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while !seen.contains("\"type\":\"reply_finished\"") {
+            let chunk = body.next().await.unwrap().unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap();
+    (id, seen)
+}

@@ -308,6 +308,34 @@ async fn t1_an_mcp_tool_has_a_60_s_timeout_by_default() {
     }
 }
 
+/// The events of a reply to "go" on the paused clock, which must end within two virtual hours
+/// (they pass at once when nothing else is due).
+async fn within_two_virtual_hours(agent: &ReActAgent) -> Vec<AgentEvent> {
+    let mut run = agent.start_reply(Msg::user("go"));
+    let mut events = Vec::new();
+    tokio::time::timeout(Duration::from_secs(7200), async {
+        while let Some(event) = run.next_event().await {
+            events.push(event);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the reply did not end within 2 virtual hours: {events:#?}"));
+    events
+}
+
+/// How long call `call` ran, by its `ToolFinished`.
+fn ran_for(events: &[AgentEvent], call: &str) -> Duration {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolFinished {
+                call_id, duration, ..
+            } if call_id == call => Some(*duration),
+            _ => None,
+        })
+        .unwrap()
+}
+
 /// T4 on the paused clock, with the MCP defaults (60 s, renewed by progress up to 10 minutes in
 /// all): a body that reports every 30 s is stopped by the cap at 600 s, long after the 60 s
 /// it would get without progress; one that never reports is stopped at 60 s.
@@ -346,27 +374,8 @@ async fn t4_progress_renews_the_timeout_up_to_the_default_cap() {
     model.push_calls(&[("q", "quiet", json!({}))]);
     model.push_text("after the tools");
     let agent = model.agent(toolkit);
-    // The deadline is on the paused clock: 2 hours pass at once when nothing else is due.
-    let mut run = agent.start_reply(Msg::user("go"));
-    let mut events = Vec::new();
-    tokio::time::timeout(Duration::from_secs(7200), async {
-        while let Some(event) = run.next_event().await {
-            events.push(event);
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the reply did not end within 2 virtual hours: {events:#?}"));
-    let ran_for = |call: &str| {
-        events
-            .iter()
-            .find_map(|e| match e {
-                AgentEvent::ToolFinished {
-                    call_id, duration, ..
-                } if call_id == call => Some(*duration),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let events = within_two_virtual_hours(&agent).await;
+    let ran_for = |call: &str| ran_for(&events, call);
     assert_eq!(state_of(&events, "c"), ToolCallState::TimedOut { partial: false });
     assert_eq!(state_of(&events, "q"), ToolCallState::TimedOut { partial: false });
     let (chatty_ran, quiet_ran) = (ran_for("c"), ran_for("q"));
@@ -426,26 +435,8 @@ async fn t4_the_hard_cap_applies_below_the_timeout_and_without_one() {
     model.push_calls(&[("only", "cap_only", json!({}))]);
     model.push_text("after the tools");
     let agent = model.agent(toolkit);
-    let mut run = agent.start_reply(Msg::user("go"));
-    let mut events = Vec::new();
-    tokio::time::timeout(Duration::from_secs(7200), async {
-        while let Some(event) = run.next_event().await {
-            events.push(event);
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the reply did not end within 2 virtual hours: {events:#?}"));
-    let ran_for = |call: &str| {
-        events
-            .iter()
-            .find_map(|e| match e {
-                AgentEvent::ToolFinished {
-                    call_id, duration, ..
-                } if call_id == call => Some(*duration),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let events = within_two_virtual_hours(&agent).await;
+    let ran_for = |call: &str| ran_for(&events, call);
     for (call, cap) in [("below", 10), ("only", 20)] {
         assert_eq!(
             state_of(&events, call),

@@ -186,3 +186,29 @@ pub async fn check_all(agent: &ReActAgent, events: &[AgentEvent]) -> Vec<Msg> {
     assert_one_last_per_message(events);
     consistent_memory(agent).await
 }
+
+/// The approval events of `call_id`, one line each: `requested automatic=…`, `resolved
+/// {decision} automatic=… {source}`, `withdrawn`.
+pub fn approval_events(events: &[AgentEvent], call_id: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ApprovalRequested {
+                call_id: id,
+                automatic,
+                ..
+            } if id == call_id => Some(format!("requested automatic={automatic}")),
+            AgentEvent::ApprovalResolved {
+                call_id: id,
+                decision,
+                source,
+                ..
+            } if id == call_id => Some(format!(
+                "resolved {decision:?} automatic={} {source:?}",
+                source.is_automatic()
+            )),
+            AgentEvent::ApprovalWithdrawn { call_id: id, .. } if id == call_id => Some("withdrawn".into()),
+            _ => None,
+        })
+        .collect()
+}
