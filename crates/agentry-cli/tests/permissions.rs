@@ -112,3 +112,39 @@ async fn a_rule_that_cannot_work_is_a_configuration_error() {
     }
     assert!(fake.requests().is_empty(), "nothing ran");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_applies_the_rules_to_every_session() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    std::fs::create_dir(home.join("notes")).unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "in",
+        "write_file",
+        r#"{"path": "notes/a.md", "content": "from the server"}"#,
+    )]));
+    fake.push(Reply::text("written"));
+    let server = common::program::Program::start(
+        &common::serve_args(
+            &fake,
+            home,
+            &["--addr", "127.0.0.1:0", "--allow", "write_file:notes/*.md"],
+        ),
+        home,
+    );
+    let base = common::server_base(&server).await;
+    let (_, seen) = common::served_reply(&common::http_client(), &base, "web", "write a note").await;
+    server.terminate();
+    let (status, _, err) = server.finish().await;
+    assert!(status.success(), "{err}");
+    assert!(
+        seen.contains(r#""source":"rule""#),
+        "decided by the rule, nobody asked: {seen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("notes/a.md")).unwrap(),
+        "from the server"
+    );
+    fake.assert_no_violations();
+}
