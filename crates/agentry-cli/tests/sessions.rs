@@ -527,3 +527,31 @@ async fn chat_commands_answer_without_the_model_and_cancel_cancels_the_reply() {
     assert_eq!(fake.requests().len(), 2, "commands never reach the model");
     fake.assert_no_violations();
 }
+
+/// Issue 25: `agentry sessions export NAME | head` panicked with a backtrace on the closed pipe.
+/// Here stdout is a pipe whose reader is closed before the program starts: its first write
+/// fails, and it must end quietly with 0, as under a `head` that had read enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_ends_an_export_or_a_listing_quietly() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("stored"));
+    let ran = agentry(with_session(&fake, home, "keep this"), home).await;
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
+    for args in [
+        sessions(home, &["export", "work"]),
+        sessions(home, &["list"]),
+        sessions(home, &["show", "work"]),
+    ] {
+        let (reader, writer) = rustix::pipe::pipe().unwrap();
+        drop(reader);
+        let mut command = common::command(&args, home);
+        command.stdout(std::process::Stdio::from(writer));
+        let out = common::output(command).await;
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked") && err.is_empty(), "{args:?}: {err}");
+    }
+    fake.assert_no_violations();
+}

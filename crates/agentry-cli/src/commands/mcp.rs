@@ -10,6 +10,7 @@ use agentry::tool::Toolkit;
 use crate::setup::mcp::{
     McpServers, STDERR_LINES_SHOWN, default_mcp_config_path, failure, last_lines, load_mcp_servers, start_all,
 };
+use crate::terminal::output::outln;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
@@ -79,13 +80,13 @@ async fn list(args: ListArgs) -> ExitCode {
     };
     if configs.is_empty() && !args.json {
         match (&args.mcp_config, default_mcp_config_path()) {
-            (Some(path), _) => println!("No MCP servers in {}.", path.display()),
-            (None, Some(path)) if path.is_file() => println!("No MCP servers in {}.", path.display()),
-            (None, Some(path)) => println!(
+            (Some(path), _) => outln!("No MCP servers in {}.", path.display()),
+            (None, Some(path)) if path.is_file() => outln!("No MCP servers in {}.", path.display()),
+            (None, Some(path)) => outln!(
                 "No MCP servers configured: {} does not exist; write one there or pass --mcp-config FILE.",
                 path.display()
             ),
-            (None, None) => println!("No MCP servers configured: pass --mcp-config FILE."),
+            (None, None) => outln!("No MCP servers configured: pass --mcp-config FILE."),
         }
         return ExitCode::SUCCESS;
     }
@@ -130,7 +131,7 @@ async fn list(args: ListArgs) -> ExitCode {
     servers.close().await;
     if args.json {
         let array: Vec<Value> = listed.iter().map(listed_json).collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&array).unwrap_or_else(|_| "[]".to_owned())
         );
@@ -196,9 +197,9 @@ fn print_listed(server: &Listed) {
                 McpStatus::Connected { server, version } => format!("connected ({server} {version})"),
                 McpStatus::Down(reason) => format!("down: {reason}"),
             };
-            println!("{name}: {connected}");
-            println!("{transport}");
-            println!(
+            outln!("{name}: {connected}");
+            outln!("{transport}");
+            outln!(
                 "  {} tool{}:",
                 tools.len(),
                 if tools.len() == 1 { "" } else { "s" }
@@ -211,16 +212,16 @@ fn print_listed(server: &Listed) {
                     description = format!("[asks] {description}");
                 }
                 let line = format!("    {name:width$}  {description}");
-                println!("{}", line.trim_end());
+                outln!("{}", line.trim_end());
             }
         }
         Err(e) => {
             let (reason, stderr) = failure(e);
-            println!("{name}: down");
-            println!("{transport}");
-            println!("  error: {reason}");
+            outln!("{name}: down");
+            outln!("{transport}");
+            outln!("  error: {reason}");
             for line in last_lines(&stderr, STDERR_LINES_SHOWN) {
-                println!("  stderr: {line}");
+                outln!("  stderr: {line}");
             }
         }
     }

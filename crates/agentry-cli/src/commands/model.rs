@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::config::DEFAULT_LOCAL_MODEL;
 use crate::setup::model::pull;
+use crate::terminal::output::outln;
 use crate::terminal::sanitize;
 
 #[derive(Debug, Args)]
@@ -51,7 +52,7 @@ pub async fn model(args: ModelArgs) -> ExitCode {
             let name = name.unwrap_or_else(|| DEFAULT_LOCAL_MODEL.into());
             match pull(&cache, &name).await {
                 Ok(path) => {
-                    println!("{}", path.display());
+                    outln!("{}", path.display());
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -71,7 +72,7 @@ pub async fn model(args: ModelArgs) -> ExitCode {
             }
             match cache.path(&name) {
                 Some(path) => {
-                    println!("{}", path.display());
+                    outln!("{}", path.display());
                     ExitCode::SUCCESS
                 }
                 None => {
@@ -103,19 +104,21 @@ fn list(cache: &ModelCache, json: bool) -> ExitCode {
             })
             .collect();
         let document = serde_json::json!({"cache": cache.root(), "models": entries});
-        println!("{document:#}");
+        outln!("{document:#}");
         return ExitCode::SUCCESS;
     }
-    println!("models in {}", cache.root().display());
+    outln!("models in {}", cache.root().display());
     for m in &models {
         let state = match &m.path {
             Some(_) => "fetched",
             None => "not fetched",
         };
         let default = if m.is_default { " (default)" } else { "" };
-        println!(
+        outln!(
             "  {:<20} {:<12} {}{default}",
-            m.model.name, state, m.model.description
+            m.model.name,
+            state,
+            m.model.description
         );
     }
     ExitCode::SUCCESS

@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 
 use crate::setup::session::StoreArgs;
 use crate::terminal::ledger::ledger_detail;
+use crate::terminal::output::outln;
 use crate::terminal::sanitize;
 
 #[derive(Debug, Args)]
@@ -95,12 +96,12 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             // The store lists the most recently used first.
             let sessions = store.sessions().await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&sessions)?);
+                outln!("{}", serde_json::to_string_pretty(&sessions)?);
             } else if sessions.is_empty() {
                 eprintln!("no sessions yet: `agentry run --session NAME \"...\"` starts one");
             } else {
                 for s in &sessions {
-                    println!(
+                    outln!(
                         "{}  {} messages  last used {}",
                         sanitize::line(&s.name),
                         s.message_count,
@@ -113,7 +114,7 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             let info = find(store.as_ref(), &name).await?;
             let export = SessionExport::read(store.as_ref(), &info.id).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&export)?);
+                outln!("{}", serde_json::to_string_pretty(&export)?);
             } else {
                 print_session(&export);
             }
@@ -124,7 +125,7 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             let text = serde_json::to_string_pretty(&export)?;
             match output {
                 Some(path) => write_new(&path, &text)?,
-                None => println!("{text}"),
+                None => outln!("{text}"),
             }
         }
         SessionsCommand::Import { file, name, json } => {
@@ -136,9 +137,9 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             let export = SessionExport::from_json(&text)?;
             let info = export.import(store.as_ref(), name.as_deref()).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&info)?);
+                outln!("{}", serde_json::to_string_pretty(&info)?);
             } else {
-                println!(
+                outln!(
                     "imported {} ({} messages)",
                     sanitize::line(&info.name),
                     info.message_count
@@ -156,7 +157,7 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
                     revoked += 1;
                 }
             }
-            println!("revoked {revoked} grant(s)");
+            outln!("revoked {revoked} grant(s)");
         }
         SessionsCommand::Delete { name, json } => {
             let info = find(store.as_ref(), &name).await?;
@@ -165,12 +166,12 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             drop(lease);
             let deleted = store.delete_session(&info.id).await?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"deleted": deleted, "name": info.name, "id": info.id})
                 );
             } else {
-                println!("deleted {}", sanitize::line(&info.name));
+                outln!("deleted {}", sanitize::line(&info.name));
             }
         }
     }
@@ -225,23 +226,23 @@ const SHOW_CHARS: usize = 300;
 
 fn print_session(export: &SessionExport) {
     let s = &export.session;
-    println!("session {} ({})", sanitize::line(&s.name), s.id);
-    println!(
+    outln!("session {} ({})", sanitize::line(&s.name), s.id);
+    outln!(
         "created {}, last used {}, {} messages",
         s.created_at.format("%Y-%m-%d %H:%M:%S UTC"),
         s.updated_at.format("%Y-%m-%d %H:%M:%S UTC"),
         s.message_count
     );
-    println!();
+    outln!();
     for msg in &export.messages {
         print_message(msg);
     }
     let live: Vec<_> = export.calls.iter().filter(|c| !c.status.is_terminal()).collect();
     if !live.is_empty() {
-        println!();
-        println!("unfinished calls (closed as interrupted when the session is next opened):");
+        outln!();
+        outln!("unfinished calls (closed as interrupted when the session is next opened):");
         for call in live {
-            println!(
+            outln!(
                 "  {} {} ({})",
                 call.call_id,
                 sanitize::line(&call.tool_name),
@@ -250,10 +251,10 @@ fn print_session(export: &SessionExport) {
         }
     }
     if !export.pending_approvals.is_empty() {
-        println!();
-        println!("waiting for approval:");
+        outln!();
+        outln!("waiting for approval:");
         for a in &export.pending_approvals {
-            println!(
+            outln!(
                 "  {} {}: {}",
                 a.call_id,
                 sanitize::line(&a.tool_name),
@@ -262,20 +263,20 @@ fn print_session(export: &SessionExport) {
         }
     }
     if !export.grants.is_empty() {
-        println!();
-        println!("session grants:");
+        outln!();
+        outln!("session grants:");
         for g in &export.grants {
             let kind = match g.kind {
                 agentry_store::GrantKind::Allow => "allow",
                 _ => "deny",
             };
-            println!("  {kind} {}", sanitize::short(&g.key, SHOW_CHARS));
+            outln!("  {kind} {}", sanitize::short(&g.key, SHOW_CHARS));
         }
     }
     let u = &export.usage;
     if u.calls > 0 {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "replies: {}, tokens in {} / out {}{}",
             u.calls,
             u.input_tokens,
@@ -293,10 +294,10 @@ fn print_message(msg: &Msg) {
         _ => "tool",
     };
     if let Some(text) = msg.text() {
-        println!("{who}: {}", sanitize::short(&text, SHOW_CHARS));
+        outln!("{who}: {}", sanitize::short(&text, SHOW_CHARS));
     }
     for call in msg.tool_uses() {
-        println!(
+        outln!(
             "{who} -> {}({})",
             sanitize::line(&call.name),
             sanitize::short(&call.input.to_string(), SHOW_CHARS)
@@ -309,7 +310,7 @@ fn print_message(msg: &Msg) {
             .and_then(|r| r.get("state"))
             .and_then(|s| s.as_str())
             .unwrap_or(if result.is_error { "failed" } else { "completed" });
-        println!(
+        outln!(
             "  <- {} [{state}]: {}",
             sanitize::line(&result.name),
             sanitize::short(&result.text(), SHOW_CHARS)

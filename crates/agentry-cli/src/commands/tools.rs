@@ -12,6 +12,7 @@ use crate::config::load_config_file;
 use crate::exit::EXIT_CONFIG;
 use crate::setup::args::ScriptArgs;
 use crate::setup::tools::load_script_tools;
+use crate::terminal::output::outln;
 use crate::terminal::sanitize;
 
 #[derive(Debug, Args)]
@@ -80,9 +81,9 @@ fn list(args: ListArgs) -> ExitCode {
             .iter()
             .map(|e| json!({"message": e.to_string()}))
             .collect();
-        println!("{}", json!({"tools": tools, "errors": errors}));
+        outln!("{}", json!({"tools": tools, "errors": errors}));
     } else if loaded.tools.is_empty() && loaded.errors.is_empty() {
-        println!("No script tools: pass --tools-dir DIR or set tools_dirs in the config file.");
+        outln!("No script tools: pass --tools-dir DIR or set tools_dirs in the config file.");
     } else {
         for tool in &loaded.tools {
             let manifest = tool.manifest();
@@ -102,7 +103,7 @@ fn list(args: ListArgs) -> ExitCode {
             } else {
                 format!(" [{}]", flags.join(", "))
             };
-            println!(
+            outln!(
                 "{} ({}){flags}: {}\n    {}",
                 sanitize::line(tool.name()),
                 sanitize::line(manifest.display_name()),
@@ -111,7 +112,7 @@ fn list(args: ListArgs) -> ExitCode {
             );
         }
         for error in &loaded.errors {
-            println!("✗ {}", sanitize::multiline(&error.to_string()));
+            outln!("✗ {}", sanitize::multiline(&error.to_string()));
         }
     }
     if loaded.errors.is_empty() {

@@ -6,6 +6,7 @@ pub mod driver;
 pub mod input;
 pub mod ledger;
 pub mod live;
+pub mod output;
 pub mod render;
 pub mod sanitize;
 

@@ -198,13 +198,18 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Finished> {
         &records,
     );
     let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &summary)?;
-        writeln!(stdout)?;
-    } else {
-        write!(stdout, "{}", sanitize::multiline(&summary.table()))?;
+    let written = match args.json {
+        true => serde_json::to_writer_pretty(&mut stdout, &summary)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(stdout)),
+        false => write!(stdout, "{}", sanitize::multiline(&summary.table())),
     }
-    stdout.flush()?;
+    .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        // Nobody reads the summary any more (`| head`): done, quietly.
+        crate::terminal::output::exit_if_closed(&e);
+        return Err(e.into());
+    }
     Ok(finished)
 }
 
