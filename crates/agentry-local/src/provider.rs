@@ -373,6 +373,11 @@ impl ChatModel for LocalModel {
         true
     }
 
+    /// Small models call the same tool again and again instead of answering.
+    fn repeats_tool_calls(&self) -> bool {
+        true
+    }
+
     fn chat(&self, request: ChatRequest) -> ChatStream {
         let model = self.clone();
         // Nothing runs until the stream is polled; dropping the stream stops the generation

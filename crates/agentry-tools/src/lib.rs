@@ -110,7 +110,11 @@ pub fn register_builtin_tools(toolkit: &Toolkit, workdir: &Path) -> Result<(), T
 /// Registers `current_time` and `calculate`.
 pub fn register_basic_tools(toolkit: &Toolkit) -> Result<(), ToolsError> {
     toolkit.register(clock::CurrentTimeTool)?;
-    toolkit.register_with(calc::CalculateTool, ToolOptions::new().rule_subject("expression"))?;
+    // Pure: a repeated calculation may be answered from the first one.
+    toolkit.register_with(
+        calc::CalculateTool,
+        ToolOptions::new().rule_subject("expression").pure(true),
+    )?;
     Ok(())
 }
 

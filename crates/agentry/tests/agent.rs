@@ -40,20 +40,28 @@ fn toolkit() -> Toolkit {
 
 /// A toolkit with an `add` that counts its runs.
 fn counting_add() -> (Toolkit, Arc<AtomicUsize>) {
+    counting_add_with(ToolOptions::new())
+}
+
+/// `add`, registered with `options`, counting its runs.
+fn counting_add_with(options: ToolOptions) -> (Toolkit, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&runs);
     let toolkit = Toolkit::new();
     toolkit
-        .register(FunctionTool::new(
-            "add",
-            "Adds and counts its runs.",
-            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
-            move |args, _| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
-                agentry::tool::once(async move { sum })
-            },
-        ))
+        .register_with(
+            FunctionTool::new(
+                "add",
+                "Adds and counts its runs.",
+                json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+                move |args, _| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
+                    agentry::tool::once(async move { sum })
+                },
+            ),
+            options,
+        )
         .unwrap();
     (toolkit, runs)
 }
@@ -345,21 +353,92 @@ async fn max_iters_reached_then_summary_without_tools() {
     fake.assert_no_violations();
 }
 
-/// A call identical to one already answered in the reply is answered with the earlier result
-/// and a note, without running the tool; after two repeats the reply ends with a summary.
-#[tokio::test]
-async fn repeated_calls_are_answered_from_the_first_result_then_summarized() {
-    let (toolkit, runs) = counting_add();
-    let fake = FakeLlm::start().await;
+/// The script of the repeat tests: `add(1, 2)`, then `add(5, 5)` and `add(1, 2)` again (keys
+/// reordered), then `add(1, 2)` once more, then the answer.
+fn push_repeats(fake: &FakeLlm) {
     fake.push(Reply::tool_calls([Call::new("c1", "add", r#"{"a": 1, "b": 2}"#)]));
-    // Other arguments are a new call; the same ones (in another key order) are a repeat.
     fake.push(Reply::tool_calls([
         Call::new("c2", "add", r#"{"a": 5, "b": 5}"#),
         Call::new("c3", "add", r#"{"b": 2, "a": 1}"#),
     ]));
     fake.push(Reply::tool_calls([Call::new("c4", "add", r#"{"a": 1, "b": 2}"#)]));
     fake.push(Reply::text("1 + 2 = 3 and 5 + 5 = 10."));
-    let agent = agent(&fake, true, toolkit);
+}
+
+/// Issue 25: the guard is off by default for a model that does not loop (a remote one), and
+/// for a tool that is not pure: every repeat runs.
+#[tokio::test]
+async fn repeats_run_again_by_default_and_for_tools_that_are_not_pure() {
+    for (pure, answer_repeats) in [(true, None), (false, Some(true))] {
+        let (toolkit, runs) = counting_add_with(ToolOptions::new().pure(pure));
+        let fake = FakeLlm::start().await;
+        push_repeats(&fake);
+        let mut builder = builder(&fake, true, toolkit);
+        if let Some(on) = answer_repeats {
+            builder = builder.answer_repeated_calls(on);
+        }
+        let agent = builder.build().unwrap();
+        let reply = agent.reply(Msg::user("add")).await.unwrap();
+        assert_eq!(reply.text().as_deref(), Some("1 + 2 = 3 and 5 + 5 = 10."));
+        assert_eq!(runs.load(Ordering::SeqCst), 4, "pure {pure}: every call ran");
+        assert_eq!(tool_message(&fake, 2, "c3"), "3");
+        fake.assert_no_violations();
+    }
+}
+
+/// Issue 25: a call of a tool that is not pure between two identical pure calls may have
+/// changed what they compute from: the second runs again.
+#[tokio::test]
+async fn a_repeat_after_a_call_that_may_change_things_runs_again() {
+    let (toolkit, runs) = counting_add_with(ToolOptions::new().pure(true));
+    let writes = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&writes);
+    toolkit
+        .register(FunctionTool::new(
+            "write",
+            "Changes things.",
+            json!({"type": "object"}),
+            move |_, _| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                agentry::tool::once(async { "written" })
+            },
+        ))
+        .unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("c1", "add", r#"{"a": 1, "b": 2}"#)]));
+    fake.push(Reply::tool_calls([Call::new("w", "write", "{}")]));
+    fake.push(Reply::tool_calls([Call::new("c2", "add", r#"{"a": 1, "b": 2}"#)]));
+    fake.push(Reply::tool_calls([Call::new("c3", "add", r#"{"a": 1, "b": 2}"#)]));
+    fake.push(Reply::text("3"));
+    let agent = builder(&fake, true, toolkit)
+        .answer_repeated_calls(true)
+        .build()
+        .unwrap();
+    agent.reply(Msg::user("add, write, add")).await.unwrap();
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "c1, and c2 after the write; c3 repeats c2"
+    );
+    assert_eq!(tool_message(&fake, 3, "c2"), "3");
+    assert!(tool_message(&fake, 4, "c3").contains("(call c2)"));
+    fake.assert_no_violations();
+}
+
+/// A call of a pure tool identical to one already answered in the reply is answered with the
+/// earlier result and a note, without running the tool; after two repeats the reply ends with a
+/// summary (the guard on, as for a local model).
+#[tokio::test]
+async fn repeated_calls_are_answered_from_the_first_result_then_summarized() {
+    let (toolkit, runs) = counting_add_with(ToolOptions::new().pure(true));
+    let fake = FakeLlm::start().await;
+    // Other arguments are a new call; the same ones (in another key order) are a repeat.
+    push_repeats(&fake);
+    let agent = builder(&fake, true, toolkit)
+        .answer_repeated_calls(true)
+        .build()
+        .unwrap();
     let mut events = agent.subscribe();
     let reply = agent.reply(Msg::user("add")).await.unwrap();
     assert_eq!(reply.text().as_deref(), Some("1 + 2 = 3 and 5 + 5 = 10."));

@@ -262,6 +262,7 @@ impl ReplyCx<'_> {
         match structured.filter(|spec| call.name == spec.schema.name) {
             Some(spec) => Plan::Finish(spec),
             None if self.inner.config.answer_repeated_calls
+                && self.inner.config.toolkit.policy(&call.name).pure
                 && let Some(output) = self.repeated.answer(self.hook_cx.iteration, call) =>
             {
                 Plan::Repeat(output)
@@ -296,6 +297,10 @@ impl ReplyCx<'_> {
             },
             _ if !record.start() => closed_before_start(record, call, policy),
             Plan::Run(prepared) => {
+                if !policy.pure {
+                    // It may change what pure calls read: no earlier result is answered again.
+                    self.repeated.forget();
+                }
                 // The clock of the timeouts, so that a reported duration and the limit that fired agree.
                 let running = tokio::time::Instant::now();
                 let executed = self
@@ -304,7 +309,7 @@ impl ReplyCx<'_> {
                 ended.ran_for = running.elapsed();
                 match executed {
                     Execution::Done(response, state) => {
-                        if state == ToolCallState::Completed {
+                        if state == ToolCallState::Completed && policy.pure {
                             self.repeated.completed(
                                 self.hook_cx.iteration,
                                 call,

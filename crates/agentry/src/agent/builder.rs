@@ -25,7 +25,7 @@ pub struct ReActAgentBuilder {
     memory: Option<Arc<dyn Memory>>,
     max_iters: Option<usize>,
     parallel_tool_calls: bool,
-    run_repeated_calls: bool,
+    answer_repeated_calls: Option<bool>,
     no_tool_shim: bool,
     enable_meta_tool: bool,
     hooks: Vec<(String, Arc<dyn AgentHook>)>,
@@ -86,13 +86,16 @@ impl ReActAgentBuilder {
         self
     }
 
-    /// Answer a call identical to one completed in an earlier round of the reply (same tool,
-    /// same arguments) with the earlier result and a note to answer now, without running the
-    /// tool; after [`REPEATS_BEFORE_SUMMARY`](super::REPEATS_BEFORE_SUMMARY) repeats the reply
-    /// ends with the model's answer (`StopReason::RepeatedCalls`). Default on: small models loop
-    /// this way. Turn it off when the model polls tools whose results change (a build status).
+    /// Answer a call of a pure tool ([`ToolOptions::pure`](crate::tool::ToolOptions::pure))
+    /// identical to one completed in an earlier round of the reply (same tool, same arguments)
+    /// with the earlier result and a note to answer now, without running the tool; after
+    /// [`REPEATS_BEFORE_SUMMARY`](super::REPEATS_BEFORE_SUMMARY) repeats the reply ends with the
+    /// model's answer (`StopReason::RepeatedCalls`). Never across a call of a tool that is not
+    /// pure (it may have changed what the earlier call read). Default: on for models that loop
+    /// this way ([`ChatModel::repeats_tool_calls`](crate::model::ChatModel::repeats_tool_calls):
+    /// small local ones), off for the others, whose repeated calls run.
     pub fn answer_repeated_calls(mut self, on: bool) -> Self {
-        self.run_repeated_calls = !on;
+        self.answer_repeated_calls = Some(on);
         self
     }
 
@@ -251,6 +254,9 @@ impl ReActAgentBuilder {
                 .map_err(|e| AgentError::Config(format!("cannot enable the meta tool: {e}")))?;
         }
         let name = self.name.unwrap_or_else(|| "assistant".to_owned());
+        let answer_repeated_calls = self
+            .answer_repeated_calls
+            .unwrap_or_else(|| model.repeats_tool_calls());
         let tracer = self
             .tracer
             .or_else(super::trace::default_tracer)
@@ -265,7 +271,7 @@ impl ReActAgentBuilder {
                     memory: self.memory.unwrap_or_else(|| Arc::new(InMemoryMemory::new())),
                     max_iters: self.max_iters.unwrap_or(10),
                     parallel_tool_calls: self.parallel_tool_calls,
-                    answer_repeated_calls: !self.run_repeated_calls,
+                    answer_repeated_calls,
                     tool_shim: !self.no_tool_shim,
                     prices: self.prices,
                     budget: self.budget,

@@ -1,9 +1,12 @@
 //! Calls a model repeats within one reply. Small models often call the same tool with the same
-//! arguments round after round instead of answering (a call repeated inside one message, or a
-//! call of a tool that is off by `answer_repeated_calls(false)`, is not a repeat); running it again changes nothing and
-//! costs a model round each time. A repeat is answered with the earlier result and a note to
-//! answer now, without running the tool; after [`REPEATS_BEFORE_SUMMARY`] repeats the reply
-//! ends with a summary (`StopReason::RepeatedCalls`).
+//! arguments round after round instead of answering; for a pure tool (a calculator) running it
+//! again changes nothing and costs a model round each time. Such a repeat is answered with the
+//! earlier result and a note to answer now, without running the tool; after
+//! [`REPEATS_BEFORE_SUMMARY`] repeats the reply ends with a summary
+//! (`StopReason::RepeatedCalls`). Not a repeat: a call repeated inside one message, a call of a
+//! tool that is not pure, a call after a tool that is not pure ran (it may have changed what the
+//! earlier call read), and any call when the guard is off (`answer_repeated_calls(false)`, the
+//! default for models that do not loop this way).
 
 use std::sync::Mutex;
 
@@ -61,6 +64,11 @@ impl RepeatedCalls {
                 output: output.to_vec(),
             });
         }
+    }
+
+    /// Forgets every result kept: a call that may change things ran.
+    pub(super) fn forget(&self) {
+        self.answered.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// The answer to `call`, made in model round `round`, when it repeats one completed in an

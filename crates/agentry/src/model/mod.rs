@@ -162,6 +162,12 @@ pub trait ChatModel: Send + Sync + 'static {
     }
     /// Whether calls stream (several cumulative items) or not (one item).
     fn is_streaming(&self) -> bool;
+    /// Whether the model tends to call the same tool with the same arguments round after round
+    /// instead of answering (small local models do). An agent then answers such repeats of
+    /// pure tools with the earlier result, unless told otherwise. Default: false.
+    fn repeats_tool_calls(&self) -> bool {
+        false
+    }
     /// Starts one call. Nothing is sent until the stream is polled.
     fn chat(&self, request: ChatRequest) -> ChatStream;
 }
@@ -178,6 +184,10 @@ impl<T: ChatModel + ?Sized> ChatModel for Arc<T> {
 
     fn is_streaming(&self) -> bool {
         (**self).is_streaming()
+    }
+
+    fn repeats_tool_calls(&self) -> bool {
+        (**self).repeats_tool_calls()
     }
 
     fn chat(&self, request: ChatRequest) -> ChatStream {

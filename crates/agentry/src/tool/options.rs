@@ -129,6 +129,15 @@ impl ToolOptions {
         self
     }
 
+    /// Declares the tool pure: its result depends only on its arguments and a call changes
+    /// nothing (a calculator; not a file read, whose file may change, nor the time). A pure
+    /// call repeated in a reply may be answered with its earlier result
+    /// ([`ReActAgentBuilder::answer_repeated_calls`](crate::agent::ReActAgentBuilder::answer_repeated_calls)).
+    pub fn pure(mut self, pure: bool) -> Self {
+        self.policy.pure = pure;
+        self
+    }
+
     /// How "for this session" decisions match later calls (A12; default: same arguments).
     pub fn session_scope(mut self, scope: SessionApprovalScope) -> Self {
         self.policy.session_scope = scope;

@@ -37,6 +37,9 @@ pub struct CallPolicy {
     pub check: Option<CheckFn>,
     /// The argument a permission rule's bare pattern matches (A20), e.g. `path` for a file tool.
     pub rule_subject: Option<String>,
+    /// The result depends only on the arguments, and the call changes nothing (a calculator):
+    /// a call repeated within a reply may be answered with the earlier result.
+    pub pure: bool,
 }
 
 impl std::fmt::Debug for CallPolicy {
@@ -51,6 +54,7 @@ impl std::fmt::Debug for CallPolicy {
             .field("progress_extends_timeout", &self.progress_extends_timeout)
             .field("check", &self.check.is_some())
             .field("rule_subject", &self.rule_subject)
+            .field("pure", &self.pure)
             .finish()
     }
 }

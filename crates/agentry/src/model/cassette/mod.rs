@@ -111,6 +111,10 @@ struct Line {
     model: String,
     #[serde(default)]
     streaming: bool,
+    /// The recorded model's [`ChatModel::repeats_tool_calls`], so that a replay answers repeats
+    /// as the recorded run did (and sends the same requests).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    repeats_tool_calls: bool,
     request: Value,
     #[serde(default)]
     items: Vec<Item>,
@@ -333,6 +337,10 @@ impl<M: ChatModel> ChatModel for RecordingModel<M> {
         self.model.is_streaming()
     }
 
+    fn repeats_tool_calls(&self) -> bool {
+        self.model.repeats_tool_calls()
+    }
+
     fn chat(&self, request: ChatRequest) -> ChatStream {
         let recorded = serde_json::to_value(&request).unwrap_or_else(|e| {
             tracing::warn!("cannot record a model request: {e}");
@@ -346,6 +354,7 @@ impl<M: ChatModel> ChatModel for RecordingModel<M> {
                 call: 0,
                 model: self.model.model_name().to_owned(),
                 streaming: self.model.is_streaming(),
+                repeats_tool_calls: self.model.repeats_tool_calls(),
                 request: recorded,
                 items: Vec::new(),
                 error: None,

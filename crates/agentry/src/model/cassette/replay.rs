@@ -38,6 +38,7 @@ pub struct ReplayModel {
     shared: Arc<Shared>,
     model: String,
     streaming: bool,
+    repeats_tool_calls: bool,
     timing: ReplayTiming,
 }
 
@@ -107,9 +108,10 @@ impl ReplayModel {
         }
         // Lines are written as calls end; they are served in the order the calls started.
         calls.sort_by_key(|c| c.line.call);
-        let (model, streaming) = calls.first().map_or(("replay".to_owned(), false), |c| {
-            (c.line.model.clone(), c.line.streaming)
-        });
+        let (model, streaming, repeats_tool_calls) =
+            calls.first().map_or(("replay".to_owned(), false, false), |c| {
+                (c.line.model.clone(), c.line.streaming, c.line.repeats_tool_calls)
+            });
         Ok(ReplayModel {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
@@ -120,6 +122,7 @@ impl ReplayModel {
             }),
             model,
             streaming,
+            repeats_tool_calls,
             timing: ReplayTiming::Instant,
         })
     }
@@ -191,6 +194,10 @@ impl ChatModel for ReplayModel {
 
     fn is_streaming(&self) -> bool {
         self.streaming
+    }
+
+    fn repeats_tool_calls(&self) -> bool {
+        self.repeats_tool_calls
     }
 
     fn chat(&self, request: ChatRequest) -> ChatStream {
