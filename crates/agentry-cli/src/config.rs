@@ -283,6 +283,8 @@ pub struct ConfigFile {
     /// Calls run or declined without asking (`--allow`, `--deny`).
     #[serde(default)]
     pub permissions: PermissionsConfig,
+    /// The only tools offered to the model (`--tools`).
+    pub tools: Option<Vec<String>>,
 }
 
 /// `"permissions": {"allow": ["write_file:notes/**"], "deny": ["read_file:.env"]}`.

@@ -695,3 +695,65 @@ async fn config_mistakes_and_unreachable_servers_get_plain_messages() {
         "{stderr}"
     );
 }
+
+/// Issue 25: the tools can be chosen. `--no-builtin-tools` leaves MCP tools alone (and the
+/// system prompt claims no built-in ability); `--tools` (or the config's "tools") offers only
+/// the names given, MCP and built-in alike; a name no tool has is warned about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_offered_can_be_chosen_mcp_tools_alone_included() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), json!({"everything": everything()}));
+    let settings = dir.path().join("config.json");
+    std::fs::write(&settings, json!({"tools": ["echo"]}).to_string()).unwrap();
+    let settings = settings.display().to_string();
+    let cases: [(&[&str], &[&str], &[&str]); 3] = [
+        (
+            &["--no-builtin-tools"],
+            &["echo", "get-sum"],
+            &["calculate", "read_file", "current_time"],
+        ),
+        (
+            &["--tools", "get-sum,calculate,nosuch"],
+            &["get-sum", "calculate"],
+            &["echo", "read_file"],
+        ),
+        (&["--config", &settings], &["echo"], &["get-sum", "calculate"]),
+    ];
+    for (flags, offered, not_offered) in cases {
+        let fake = FakeLlm::start().await;
+        fake.push(Reply::text("ok"));
+        let mut extra = vec!["--mcp-config", config.as_str()];
+        extra.extend(flags);
+        let out = agentry(run_args(&fake.base_url(), dir.path(), &extra, "hi"), dir.path()).await;
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{flags:?}: {stderr}");
+        let body = &fake.requests()[0].body;
+        let tools = offered_tools(body);
+        for name in offered {
+            assert!(
+                tools.iter().any(|t| t == name),
+                "{flags:?}: {name} not offered: {tools:?}"
+            );
+        }
+        for name in not_offered {
+            assert!(
+                !tools.iter().any(|t| t == name),
+                "{flags:?}: {name} offered: {tools:?}"
+            );
+        }
+        let system = body["messages"][0]["content"].to_string();
+        if flags == ["--no-builtin-tools"] {
+            assert!(
+                !system.contains("tell the time") && !system.contains("files"),
+                "{system}"
+            );
+            assert!(system.contains("MCP servers (everything)"), "{system}");
+        }
+        assert_eq!(
+            stderr.contains("--tools names nosuch"),
+            flags.contains(&"get-sum,calculate,nosuch"),
+            "{flags:?}: {stderr}"
+        );
+        fake.assert_no_violations();
+    }
+}

@@ -59,6 +59,14 @@ pub struct AgentArgs {
     /// in the config's "prices" (config: max_cost_per_reply)
     #[arg(long, value_name = "USD")]
     pub max_cost_per_reply: Option<f64>,
+    /// Offer only these tools to the model: built-in, MCP (by the name the agent sees them by)
+    /// and script tools, comma-separated or repeated; also "tools": [...] in the config
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+    /// Offer none of the built-in tools (current_time, calculate, the file tools): only MCP and
+    /// script tools
+    #[arg(long)]
+    pub no_builtin_tools: bool,
     /// Run calls of TOOL without asking, when PATTERN (a glob over the tool's path, or
     /// ARG=GLOB) matches; repeatable; also "permissions": {"allow": [...]} in the config
     #[arg(long = "allow", value_name = "TOOL[:PATTERN]")]

@@ -11,6 +11,8 @@ use agentry::mcp::{
 use agentry::tool::{NamesakeStrategy, Toolkit};
 use anyhow::Context;
 
+use super::tools::ToolSelection;
+
 /// Stderr lines of a failed server shown with its warning: enough to see the error, not a
 /// whole stack trace.
 pub(crate) const STDERR_LINES_SHOWN: usize = 5;
@@ -75,14 +77,21 @@ pub(crate) fn last_lines(lines: &[String], n: usize) -> &[String] {
 pub struct McpServers {
     pub(crate) toolkit: Toolkit,
     pub(crate) clients: Vec<McpClient>,
+    /// Which tools are offered (`--tools`).
+    pub(crate) selection: ToolSelection,
 }
 
 impl McpServers {
     /// Starts the servers and registers their tools in `toolkit`. A server that fails costs a
     /// warning on stderr, not the agent.
-    pub async fn start(configs: &[McpServerConfig], toolkit: &Toolkit) -> McpServers {
+    pub async fn start(
+        configs: &[McpServerConfig],
+        toolkit: &Toolkit,
+        selection: &ToolSelection,
+    ) -> McpServers {
         let mut started = McpServers {
             toolkit: toolkit.clone(),
+            selection: selection.clone(),
             ..McpServers::default()
         };
         // Registered in the file's order once all are up, so that names do not depend on which
@@ -123,9 +132,17 @@ impl McpServers {
             prefix
         };
         let expected: BTreeSet<String> = tools.iter().map(|t| mcp_tool_name(&prefix, &t.name)).collect();
-        let options = McpToolOptions::for_server(client.config())
-            .prefix(prefix)
+        let mut options = McpToolOptions::for_server(client.config())
+            .prefix(prefix.clone())
             .namesake(NamesakeStrategy::Rename);
+        if self.selection.by_name() {
+            // Only the chosen ones, also when the server's list changes later.
+            let chosen = tools
+                .iter()
+                .filter(|t| self.selection.offers(&mcp_tool_name(&prefix, &t.name)))
+                .map(|t| t.name.clone());
+            options = options.enable(chosen);
+        }
         match self.toolkit.register_mcp_tools(&client, &tools, options).await {
             Ok(names) => {
                 let renamed: Vec<&str> = names

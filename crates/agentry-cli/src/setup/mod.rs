@@ -103,23 +103,28 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
 pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
     let (model, local) = build_model_with_figures(plan.provider).await?;
     let toolkit = Toolkit::new();
-    register_builtin_tools(&toolkit, &plan.workdir)?;
+    if plan.tools.builtin {
+        register_builtin_tools(&toolkit, &plan.workdir)?;
+    }
     let mut scripts = load_script_tools(&plan.scripts, &plan.file);
     scripts.register(&toolkit);
+    // Before the MCP servers: their names are chosen against the tools offered.
+    plan.tools.apply(&toolkit);
     for error in &scripts.errors {
         eprintln!(
             "warning: a script tool was not loaded: {}",
             sanitize::multiline(&error.to_string())
         );
     }
-    let mcp = McpServers::start(&plan.mcp_servers, &toolkit).await;
+    let mcp = McpServers::start(&plan.mcp_servers, &toolkit, &plan.tools).await;
+    plan.tools.warn_missing(&toolkit);
     if let Err(e) = check_permission_rules(&plan.permissions, &toolkit) {
         mcp.close().await;
         return Err(e);
     }
     let system = plan
         .system
-        .unwrap_or_else(|| default_system_prompt(&plan.workdir, &mcp));
+        .unwrap_or_else(|| default_system_prompt(&plan.workdir, &toolkit, &mcp));
     if plan.budget.max_cost.is_some() && plan.prices.price(model.model_name()).is_none() {
         eprintln!(
             "warning: --max-cost-per-reply needs the price of {:?} in the config's \"prices\"; without it only tokens are limited",
@@ -161,14 +166,45 @@ pub async fn agent_or_exit(args: &AgentArgs) -> Result<Setup, ExitCode> {
     })
 }
 
-/// The system prompt when none is given: what the built-in tools do, and which MCP servers run.
-fn default_system_prompt(workdir: &std::path::Path, mcp: &McpServers) -> String {
-    let mut prompt = format!(
-        "You are Agentry, a helpful assistant in a terminal. You can tell the time, do exact arithmetic, and \
-         list, read, search and (with the user's approval) write files in the working directory {}. Use a \
-         tool whenever it gives a more reliable answer than guessing. Answer concisely.",
-        workdir.display()
-    );
+/// The system prompt when none is given: what the offered built-in tools do, and which MCP
+/// servers run.
+fn default_system_prompt(workdir: &std::path::Path, toolkit: &Toolkit, mcp: &McpServers) -> String {
+    let names = toolkit.tool_names();
+    let has = |name: &str| names.iter().any(|n| n == name);
+    let all_builtin = agentry_tools::BUILTIN_TOOL_NAMES.iter().all(|name| has(name));
+    let mut prompt = if all_builtin {
+        format!(
+            "You are Agentry, a helpful assistant in a terminal. You can tell the time, do exact arithmetic, and \
+             list, read, search and (with the user's approval) write files in the working directory {}. Use a \
+             tool whenever it gives a more reliable answer than guessing. Answer concisely.",
+            workdir.display()
+        )
+    } else {
+        let mut can = Vec::new();
+        if has("current_time") {
+            can.push("tell the time".to_owned());
+        }
+        if has("calculate") {
+            can.push("do exact arithmetic".to_owned());
+        }
+        if ["list_files", "read_file", "search_files", "write_file"]
+            .iter()
+            .any(|n| has(n))
+        {
+            can.push(format!(
+                "work with files in the working directory {}",
+                workdir.display()
+            ));
+        }
+        let mut prompt = "You are Agentry, a helpful assistant in a terminal.".to_owned();
+        if !can.is_empty() {
+            prompt.push_str(&format!(" You can {}.", can.join(", ")));
+        }
+        prompt.push_str(
+            " Use a tool whenever it gives a more reliable answer than guessing. Answer concisely.",
+        );
+        prompt
+    };
     if !mcp.is_empty() {
         prompt.push_str(&format!(
             " You also have tools from MCP servers ({}); use them when they fit the task.",

@@ -13,6 +13,7 @@ use anyhow::Context;
 use super::args::{AgentArgs, ScriptArgs};
 use super::mcp::load_mcp_servers;
 use super::session::StoreArgs;
+use super::tools::ToolSelection;
 use crate::config::{ConfigFile, ProviderConfig, load_config_file, provider_config, tool_shim};
 
 /// What a command's agent is made of, every option resolved.
@@ -25,6 +26,8 @@ pub struct AgentPlan {
     pub mcp_servers: Vec<McpServerConfig>,
     /// Where script tools come from.
     pub scripts: ScriptArgs,
+    /// Which tools are offered.
+    pub tools: ToolSelection,
     /// The system prompt; `None` for the default one (which names the MCP servers that start).
     pub system: Option<String>,
     /// Rounds before the agent must summarise.
@@ -75,6 +78,11 @@ impl AgentPlan {
             provider,
             workdir,
             mcp_servers,
+            tools: ToolSelection::new(
+                args.tools.as_deref(),
+                file.tools.as_deref(),
+                args.no_builtin_tools,
+            ),
             scripts: ScriptArgs {
                 tools_dirs: args.scripts.tools_dirs.clone(),
                 allow_script_network: args.scripts.allow_script_network,

@@ -1,6 +1,7 @@
 //! The tools of a command's agent: the built-in ones, the script tools of `--tools-dir`, and
 //! the permission rules checked against them all (MCP tools included).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use agentry::tool::{PermissionRules, RuleEffect, Toolkit};
@@ -52,4 +53,77 @@ pub(crate) fn check_permission_rules(rules: &PermissionRules, toolkit: &Toolkit)
         }
     }
     Ok(())
+}
+
+/// Which tools the model is offered: all, or those `--tools` (config `"tools"`) names; the
+/// built-in ones unless `--no-builtin-tools`.
+#[derive(Debug, Clone)]
+pub struct ToolSelection {
+    /// The names offered; `None`: every tool.
+    names: Option<BTreeSet<String>>,
+    /// Whether the built-in tools are registered at all.
+    pub builtin: bool,
+}
+
+impl Default for ToolSelection {
+    fn default() -> Self {
+        ToolSelection {
+            names: None,
+            builtin: true,
+        }
+    }
+}
+
+impl ToolSelection {
+    /// The flags' selection, else the config file's.
+    pub fn new(flag: Option<&[String]>, file: Option<&[String]>, no_builtin: bool) -> Self {
+        let names = flag.or(file).map(|names| {
+            names
+                .iter()
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect()
+        });
+        ToolSelection {
+            names,
+            builtin: !no_builtin,
+        }
+    }
+
+    /// Whether the tool the agent knows as `name` is offered.
+    pub fn offers(&self, name: &str) -> bool {
+        self.names.as_ref().is_none_or(|names| names.contains(name))
+    }
+
+    /// Whether some tools are chosen by name.
+    pub fn by_name(&self) -> bool {
+        self.names.is_some()
+    }
+
+    /// Takes the tools not offered out of `toolkit`.
+    pub fn apply(&self, toolkit: &Toolkit) {
+        for name in toolkit.tool_names() {
+            if !self.offers(&name) {
+                toolkit.remove(&name);
+            }
+        }
+    }
+
+    /// Warns about names chosen that no tool has (a typo, or an MCP server that did not start).
+    pub fn warn_missing(&self, toolkit: &Toolkit) {
+        let Some(names) = &self.names else { return };
+        let have: BTreeSet<String> = toolkit.tool_names().into_iter().collect();
+        let missing: Vec<&str> = names
+            .iter()
+            .filter(|n| !have.contains(*n))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "warning: --tools names {} that no tool has; the tools are: {}",
+                sanitize::line(&missing.join(", ")),
+                sanitize::line(&have.into_iter().collect::<Vec<_>>().join(", "))
+            );
+        }
+    }
 }

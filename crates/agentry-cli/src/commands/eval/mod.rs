@@ -23,6 +23,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::config::{ModelArgs, load_config_file, parse_duration, provider_config};
 use crate::exit::EXIT_INTERRUPTED;
+use crate::setup::tools::ToolSelection;
 use crate::terminal::received;
 use crate::terminal::sanitize;
 use report::{Record, Summary, command_line};
@@ -67,6 +68,12 @@ pub struct EvalArgs {
     /// Print the summary as JSON instead of a table
     #[arg(long)]
     pub json: bool,
+    /// Offer only these tools (comma-separated or repeated); also "tools" in the config
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+    /// Offer none of the built-in tools, only the synthetic ones of the evaluation
+    #[arg(long)]
+    pub no_builtin_tools: bool,
 }
 
 pub async fn eval(args: EvalArgs) -> ExitCode {
@@ -126,6 +133,11 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Finished> {
     };
 
     let file = load_config_file(args.model.config.as_deref())?;
+    let tools = ToolSelection::new(
+        args.tools.as_deref(),
+        file.tools.as_deref(),
+        args.no_builtin_tools,
+    );
     let model = crate::setup::model::build_model(provider_config(&args.model, &file)?).await?;
     let model_name = model.model_name().to_owned();
     let workdir = fixture.path().canonicalize()?;
@@ -141,6 +153,7 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Finished> {
         max_iters: args.max_iters,
         timeout: args.timeout,
         tool_shim: crate::config::tool_shim(&args.model, &file),
+        tools: &tools,
     };
     let today = Today::now();
     let mut records = Vec::with_capacity(prompts.len());

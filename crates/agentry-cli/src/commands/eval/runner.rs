@@ -14,6 +14,7 @@ use agentry::model::ChatModel;
 use super::score::CallMade;
 use super::set::Prompt;
 use super::tools::eval_toolkit;
+use crate::setup::tools::ToolSelection;
 
 /// What happened when a prompt ran.
 #[derive(Debug, Default)]
@@ -51,6 +52,8 @@ pub struct Setup<'a> {
     pub timeout: Duration,
     /// Whether calls the model writes as text are recovered (`--no-tool-shim` turns it off).
     pub tool_shim: bool,
+    /// The tools offered (`--tools`, `--no-builtin-tools`).
+    pub tools: &'a ToolSelection,
 }
 
 /// Runs `prompt`'s turns in one conversation with a fresh agent. Never fails: what goes wrong
@@ -76,7 +79,7 @@ async fn converse(setup: &Setup<'_>, prompt: &Prompt, observed: &mut Observed) -
         .name("agentry")
         .sys_prompt(setup.system)
         .model(Arc::clone(&setup.model))
-        .toolkit(eval_toolkit(setup.workdir)?)
+        .toolkit(offered(eval_toolkit(setup.workdir)?, setup.tools))
         .max_iters(setup.max_iters)
         .tool_shim(setup.tool_shim)
         .build()?;
@@ -145,4 +148,15 @@ mod tests {
         assert_eq!(stop_name(&StopReason::RepeatedCalls), "repeated_calls");
         assert_eq!(stop_name(&StopReason::Failed("x".into())), "failed");
     }
+}
+
+/// The evaluation's tools, as `selection` offers them.
+fn offered(toolkit: agentry::tool::Toolkit, selection: &ToolSelection) -> agentry::tool::Toolkit {
+    if !selection.builtin {
+        for name in agentry_tools::BUILTIN_TOOL_NAMES {
+            toolkit.remove(name);
+        }
+    }
+    selection.apply(&toolkit);
+    toolkit
 }
