@@ -13,7 +13,11 @@ use crate::constrain::{Acceptor, CallState, Shape, call_position};
 use crate::prefix_store::PrefixStore;
 use crate::qwen2::{Qwen2, argmax};
 use crate::template::ChatTemplate;
+use crate::turn::{CallTurn, Next};
 use crate::{LocalModelError, Sampler};
+
+/// The most tool calls one turn may hold; more are cut.
+const MOST_CALLS_PER_TURN: usize = 8;
 
 /// What one generation produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -253,10 +257,10 @@ impl Engine {
         let mut generated = 0;
         let mut corrected = 0;
         let mut call_state = CallState::Free;
-        // Where the text stood when a call had been written whole: what follows may only
-        // close it (Qwen's tag, a fence), and that ends the turn.
-        let mut call_end: Option<usize> = None;
-        let mut call_written = false;
+        // The calls of the turn, and what may follow them (`turn.rs`).
+        let mut turn = CallTurn::new(MOST_CALLS_PER_TURN);
+        // A call began or ended with the last token; seen once its text is decoded.
+        let (mut call_began, mut call_ended) = (false, false);
         // Decodes each token once; a character split over tokens waits for its last byte.
         let mut decoder = self.tokenizer.decode_stream(false);
         let mut text = String::new();
@@ -282,9 +286,9 @@ impl Engine {
                     if chosen != next {
                         corrected += 1;
                     }
-                    if was_in_call && matches!(call_state, CallState::Free) {
-                        call_written = true;
-                    }
+                    let in_call = matches!(call_state, CallState::InCall(_));
+                    call_began |= !was_in_call && in_call;
+                    call_ended |= was_in_call && !in_call;
                     chosen
                 }
                 None => next,
@@ -298,27 +302,28 @@ impl Engine {
                 .step(next)
                 .map_err(|e| LocalModelError::Generation(format!("cannot decode: {e}")))?;
             if let Some(piece) = piece {
-                // Small models go on writing after a call (another copy of it, another call
-                // with arguments nobody constrains, an answer they have not got yet): only
-                // the call's closing tag or fence may follow it, and it ends the turn.
-                let before = text.len();
+                // Small models go on writing after their calls (another copy of one, a call
+                // nobody constrains, an answer they have not got yet): after a call only its
+                // closing, blank space and the next call's opening may come (`turn.rs`).
+                if std::mem::take(&mut call_began) {
+                    turn.call_started(&text, text.len());
+                }
                 text.push_str(&piece);
-                let after = call_end.map(|at| after_call(text.get(at..).unwrap_or_default()));
-                if after == Some(AfterCall::Stray) {
-                    text.truncate(before);
+                let verdict = if std::mem::take(&mut call_ended) {
+                    turn.call_complete(&text)
+                } else if matches!(call_state, CallState::Free) {
+                    turn.after(&text)
+                } else {
+                    Next::Go
+                };
+                if let Next::CutAt(at) = verdict {
+                    text.truncate(at);
                     end = End::Stop;
                     break;
                 }
                 if !on_text(&text) {
                     end = End::Abandoned;
                     break;
-                }
-                if after == Some(AfterCall::Closed) {
-                    end = End::Stop;
-                    break;
-                }
-                if call_written && call_end.is_none() {
-                    call_end = Some(text.len());
                 }
             }
             logits = run(&mut self.model, &mut self.seen, &[next])?;
@@ -414,33 +419,6 @@ impl TokenTexts {
         }
         text
     }
-}
-
-/// What the text after a complete call means for the turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AfterCall {
-    /// Nothing yet but blank space or the start of a closing tag or fence.
-    Open,
-    /// The call's closing tag or fence: the turn ends after it.
-    Closed,
-    /// Anything else: the turn ends before it.
-    Stray,
-}
-
-fn after_call(tail: &str) -> AfterCall {
-    let rest = tail.trim_start();
-    if rest.is_empty() {
-        return AfterCall::Open;
-    }
-    for closing in ["</tool_call>", "```"] {
-        if rest.starts_with(closing) {
-            return AfterCall::Closed;
-        }
-        if closing.starts_with(rest) {
-            return AfterCall::Open;
-        }
-    }
-    AfterCall::Stray
 }
 
 /// Cuts the cache, and `seen` with it, back to `len` positions.
@@ -709,22 +687,5 @@ mod constraint_tests {
             .unwrap();
         assert_eq!(chosen, id(&tokenizer, "{"));
         assert!(matches!(state, CallState::InCall(_)));
-    }
-}
-
-#[cfg(test)]
-mod call_end_tests {
-    use super::{AfterCall, after_call};
-
-    #[test]
-    fn only_a_closing_tag_or_fence_may_follow_a_written_call() {
-        assert_eq!(after_call("\n</tool_call>"), AfterCall::Closed);
-        assert_eq!(after_call("\n```\n"), AfterCall::Closed);
-        assert_eq!(after_call("\n</tool_"), AfterCall::Open);
-        assert_eq!(after_call("\n``"), AfterCall::Open);
-        assert_eq!(after_call(" \n"), AfterCall::Open);
-        // Another call, or words, after a call.
-        assert_eq!(after_call("\n{\"name\""), AfterCall::Stray);
-        assert_eq!(after_call("\nThe answer is"), AfterCall::Stray);
     }
 }

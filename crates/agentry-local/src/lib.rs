@@ -30,6 +30,7 @@ mod pull;
 mod q8_kernel;
 mod qwen2;
 mod template;
+mod turn;
 
 use std::path::PathBuf;
 

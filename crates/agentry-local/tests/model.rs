@@ -120,17 +120,21 @@ async fn the_agent_calls_a_tool_and_answers_with_its_result() {
     let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = Arc::clone(&calls);
     let toolkit = Toolkit::new();
+    // Pure: a small model that calls it again is answered from the first call.
     toolkit
-        .register(FunctionTool::new(
-            "multiply",
-            "Multiplies two integers exactly.",
-            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-            move |args, _| {
-                seen.lock().unwrap().push(args.clone());
-                let product = args["a"].as_i64().unwrap_or(0) * args["b"].as_i64().unwrap_or(0);
-                agentry::tool::once(async move { product.to_string() })
-            },
-        ))
+        .register_with(
+            FunctionTool::new(
+                "multiply",
+                "Multiplies two integers exactly.",
+                json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+                move |args, _| {
+                    seen.lock().unwrap().push(args.clone());
+                    let product = args["a"].as_i64().unwrap_or(0) * args["b"].as_i64().unwrap_or(0);
+                    agentry::tool::once(async move { product.to_string() })
+                },
+            ),
+            agentry::tool::ToolOptions::new().pure(true),
+        )
         .unwrap();
     let agent = ReActAgent::builder()
         .name("agentry")

@@ -171,7 +171,12 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Finished> {
                 break;
             }
         };
-        let calls_score = score_calls(&prompt.calls, prompt.allow_extra, &observed.calls);
+        let calls_score = score_calls(
+            &prompt.calls,
+            prompt.category.any_order(),
+            prompt.allow_extra,
+            &observed.calls,
+        );
         let answered = answer_ok(&prompt.answer, observed.final_answer(), &today);
         let record = Record::new(
             &prompt.id,

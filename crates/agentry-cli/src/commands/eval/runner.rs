@@ -137,6 +137,17 @@ fn stop_name(reason: &StopReason) -> String {
         .unwrap_or_else(|| format!("{reason:?}"))
 }
 
+/// The evaluation's tools, as `selection` offers them.
+fn offered(toolkit: agentry::tool::Toolkit, selection: &ToolSelection) -> agentry::tool::Toolkit {
+    if !selection.builtin {
+        for name in agentry_tools::BUILTIN_TOOL_NAMES {
+            toolkit.remove(name);
+        }
+    }
+    selection.apply(&toolkit);
+    toolkit
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,15 +159,4 @@ mod tests {
         assert_eq!(stop_name(&StopReason::RepeatedCalls), "repeated_calls");
         assert_eq!(stop_name(&StopReason::Failed("x".into())), "failed");
     }
-}
-
-/// The evaluation's tools, as `selection` offers them.
-fn offered(toolkit: agentry::tool::Toolkit, selection: &ToolSelection) -> agentry::tool::Toolkit {
-    if !selection.builtin {
-        for name in agentry_tools::BUILTIN_TOOL_NAMES {
-            toolkit.remove(name);
-        }
-    }
-    selection.apply(&toolkit);
-    toolkit
 }

@@ -31,9 +31,10 @@ pub struct CallScore {
 }
 
 /// Scores the calls `made` against the `expected` steps. Identical repeats are set aside
-/// first; then the expected calls must appear in order among the rest, and nothing else may
-/// remain unless `allow_extra`. With no expected calls, any call is wrong.
-pub fn score_calls(expected: &[Step], allow_extra: bool, made: &[CallMade]) -> CallScore {
+/// first; then the expected calls must appear in order (or, with `any_order`, each somewhere)
+/// among the rest, and nothing else may remain unless `allow_extra`. With no expected calls,
+/// any call is wrong.
+pub fn score_calls(expected: &[Step], any_order: bool, allow_extra: bool, made: &[CallMade]) -> CallScore {
     let mut distinct: Vec<&CallMade> = Vec::new();
     for call in made {
         if !distinct
@@ -44,18 +45,10 @@ pub fn score_calls(expected: &[Step], allow_extra: bool, made: &[CallMade]) -> C
         }
     }
     let repeats = made.len() - distinct.len();
-    // Leftmost matching: the expected steps are a subsequence of the distinct calls exactly
-    // when this finds them all.
-    let mut steps = expected.iter().peekable();
-    let mut matched = 0;
-    for call in &distinct {
-        if let Some(step) = steps.peek()
-            && step.alternatives().iter().any(|alt| call_matches(alt, call))
-        {
-            matched += 1;
-            steps.next();
-        }
-    }
+    let matched = match any_order {
+        true => matched_in_any_order(expected, &distinct),
+        false => matched_in_order(expected, &distinct),
+    };
     let extra = distinct.len() - matched;
     let ok = if expected.is_empty() {
         made.is_empty()
@@ -63,6 +56,39 @@ pub fn score_calls(expected: &[Step], allow_extra: bool, made: &[CallMade]) -> C
         matched == expected.len() && (allow_extra || extra == 0)
     };
     CallScore { ok, repeats, extra }
+}
+
+/// How many expected steps the distinct calls make in order. Leftmost matching: the expected
+/// steps are a subsequence of the calls exactly when this finds them all.
+fn matched_in_order(expected: &[Step], distinct: &[&CallMade]) -> usize {
+    let mut steps = expected.iter().peekable();
+    let mut matched = 0;
+    for call in distinct {
+        if let Some(step) = steps.peek()
+            && step.alternatives().iter().any(|alt| call_matches(alt, call))
+        {
+            matched += 1;
+            steps.next();
+        }
+    }
+    matched
+}
+
+/// How many expected steps the distinct calls make, each call used once, in any order.
+fn matched_in_any_order(expected: &[Step], distinct: &[&CallMade]) -> usize {
+    let mut used = vec![false; distinct.len()];
+    let mut matched = 0;
+    for step in expected {
+        let found = distinct
+            .iter()
+            .enumerate()
+            .position(|(i, call)| !used[i] && step.alternatives().iter().any(|alt| call_matches(alt, call)));
+        if let Some(i) = found {
+            used[i] = true;
+            matched += 1;
+        }
+    }
+    matched
 }
 
 fn call_matches(expected: &ExpectedCall, call: &CallMade) -> bool {
@@ -115,10 +141,23 @@ impl Today {
     pub fn now() -> Today {
         let local = chrono::Local::now();
         let utc = chrono::Utc::now();
-        Today::from_parts(
+        let mut today = Today::from_parts(
             [local.format("%A").to_string(), utc.format("%A").to_string()],
             [local.format("%Y").to_string(), utc.format("%Y").to_string()],
-        )
+        );
+        // A time as an answer says it: `22:05`, `10:05`, `9:05` (the hour may have just turned).
+        let mut hours = Vec::new();
+        for time in [local.naive_local(), utc.naive_utc()] {
+            for time in [time, time - chrono::Duration::hours(1)] {
+                hours.push(time.format("%H:").to_string());
+                hours.push(time.format("%-H:").to_string());
+                hours.push(time.format("%-I:").to_string());
+            }
+        }
+        hours.sort();
+        hours.dedup();
+        today.placeholders.push(("{hour}", hours));
+        today
     }
 
     fn from_parts(weekdays: [String; 2], years: [String; 2]) -> Today {
@@ -271,7 +310,7 @@ mod tests {
         let order = made("get_order_status", json!({"order_id": 1042}));
         let track = made("track_shipment", json!({"tracking_number": "zx-88231"}));
         let other = made("get_weather", json!({"city": "Oslo"}));
-        let score = |calls: &[CallMade], extra_ok| score_calls(&expected, extra_ok, calls);
+        let score = |calls: &[CallMade], extra_ok| score_calls(&expected, false, extra_ok, calls);
         assert_eq!(
             score(&[order.clone(), track.clone()], false),
             CallScore {
@@ -311,10 +350,10 @@ mod tests {
 
     #[test]
     fn no_call_expected_means_none_at_all() {
-        assert!(score_calls(&[], false, &[]).ok);
+        assert!(score_calls(&[], false, false, &[]).ok);
         let call = made("calculate", json!({"expression": "1+1"}));
         assert_eq!(
-            score_calls(&[], true, &[call]),
+            score_calls(&[], false, true, &[call]),
             CallScore {
                 ok: false,
                 repeats: 0,
@@ -334,11 +373,11 @@ mod tests {
             made("list_files", json!({"recursive": true})),
         ] {
             assert!(
-                score_calls(&expected, false, std::slice::from_ref(&call)).ok,
+                score_calls(&expected, false, false, std::slice::from_ref(&call)).ok,
                 "{call:?}"
             );
         }
-        assert!(!score_calls(&expected, false, &[made("list_files", json!({}))]).ok);
+        assert!(!score_calls(&expected, false, false, &[made("list_files", json!({}))]).ok);
     }
 
     #[test]
@@ -386,5 +425,30 @@ mod tests {
         );
         assert_eq!(numbers_in("价格是64250美元"), [64250.0]);
         assert!(numbers_in("no digits").is_empty());
+    }
+
+    #[test]
+    fn independent_calls_may_come_in_any_order_and_each_counts_once() {
+        let expected: Vec<Step> = serde_json::from_value(json!([
+            {"tool": "get_weather", "args": {"city": "Paris"}},
+            {"tool": "get_weather", "args": {"city": "Cairo"}}
+        ]))
+        .unwrap();
+        let paris = made("get_weather", json!({"city": "Paris"}));
+        let cairo = made("get_weather", json!({"city": "Cairo"}));
+        let reversed = [cairo.clone(), paris.clone()];
+        assert!(score_calls(&expected, true, false, &reversed).ok);
+        assert!(
+            !score_calls(&expected, false, false, &reversed).ok,
+            "in order, reversed is wrong"
+        );
+        assert!(
+            !score_calls(&expected, true, false, std::slice::from_ref(&paris)).ok,
+            "a part missing"
+        );
+        assert!(
+            !score_calls(&expected, true, false, &[paris.clone(), paris]).ok,
+            "one call cannot stand for both"
+        );
     }
 }

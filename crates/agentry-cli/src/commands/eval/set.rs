@@ -27,19 +27,35 @@ pub enum Category {
     FollowUp,
     /// Prompts in Chinese.
     Chinese,
+    /// Two or three independent parts, each needing its own tool (the README's example):
+    /// every call, in any order, and an answer that covers every part.
+    MultiPart,
+    /// The same tool called for several things at once (three cities' weather): every call,
+    /// in any order.
+    Parallel,
+    /// A request that sounds like a tool's job, but no offered tool fits: no call.
+    Irrelevance,
 }
 
 impl Category {
     /// Every category, in the order of the report.
-    pub const ALL: [Category; 7] = [
+    pub const ALL: [Category; 10] = [
         Category::Single,
         Category::Similar,
         Category::Typed,
         Category::Sequence,
+        Category::MultiPart,
+        Category::Parallel,
         Category::NoTool,
+        Category::Irrelevance,
         Category::FollowUp,
         Category::Chinese,
     ];
+
+    /// Whether the expected calls may come in any order (independent parts).
+    pub fn any_order(self) -> bool {
+        matches!(self, Category::MultiPart | Category::Parallel)
+    }
 
     /// The name used in the set file and on the command line.
     pub fn name(self) -> &'static str {
@@ -51,6 +67,9 @@ impl Category {
             Category::NoTool => "no_tool",
             Category::FollowUp => "follow_up",
             Category::Chinese => "chinese",
+            Category::MultiPart => "multi_part",
+            Category::Parallel => "parallel",
+            Category::Irrelevance => "irrelevance",
         }
     }
 }
@@ -193,7 +212,7 @@ impl TryFrom<Value> for ArgMatch {
 }
 
 /// The check of the final answer: every given criterion must hold; with none, the answer must
-/// not be empty. Texts are compared ignoring case; `{weekday}` and `{year}` stand for today's
+/// not be empty. Texts are compared ignoring case; `{weekday}`, `{year}` and `{hour}` (an hour as a time writes it, `22:`) stand for today's
 /// (local time or UTC).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -241,14 +260,14 @@ impl EvalSet {
             }
             let calls = prompt.calls.len();
             let fits = match prompt.category {
-                Category::NoTool => calls == 0,
-                Category::Sequence => calls >= 2,
+                Category::NoTool | Category::Irrelevance => calls == 0,
+                Category::Sequence | Category::MultiPart | Category::Parallel => calls >= 2,
                 Category::FollowUp => turns.len() >= 2 && calls >= 1,
                 _ => calls >= 1,
             };
             if !fits {
                 return Err(format!(
-                    "{id}: a {} prompt with {} turns and {calls} expected calls (no_tool: none; sequence: \
+                    "{id}: a {} prompt with {} turns and {calls} expected calls (no_tool, irrelevance: none; sequence, multi_part, parallel: \
                      2 or more; follow_up: 2 or more turns; others: 1 or more)",
                     prompt.category.name(),
                     turns.len()
