@@ -126,7 +126,16 @@ impl Fetcher {
         on_size(size);
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| Broken::Resumable(network(url, &e)))?;
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    // tokio's file writes in the background: without this flush the next
+                    // attempt could measure the file before the last write lands, ask for
+                    // bytes it already has, and append them twice.
+                    file.flush().await.map_err(final_io)?;
+                    return Err(Broken::Resumable(network(url, &e)));
+                }
+            };
             file.write_all(&chunk).await.map_err(final_io)?;
             size += chunk.len() as u64;
             on_size(size);
