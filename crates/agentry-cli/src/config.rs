@@ -60,6 +60,11 @@ pub struct ModelArgs {
     /// schemas (to measure what the constraint brings)
     #[arg(long)]
     pub no_call_constraint: bool,
+    /// Local model: do not plan a question's tools before answering (by default the model
+    /// first chooses which offered tools the question needs, then calls each before it answers;
+    /// to measure what the plan brings)
+    #[arg(long)]
+    pub no_tool_plan: bool,
     /// The GGUF file of the local model (with `--provider local`) [env: AGENTRY_MODEL_PATH]
     #[arg(long, value_name = "FILE")]
     pub model_path: Option<PathBuf>,
@@ -103,6 +108,8 @@ pub enum ProviderConfig {
         implicit: bool,
         /// Keep the calls it writes valid (`--no-call-constraint` turns this off).
         constrain_calls: bool,
+        /// Plan each question's tools (`--no-tool-plan` turns this off).
+        plan_calls: bool,
     },
     /// The calls of a cassette, served without a model (`--replay`).
     Replay(PathBuf),
@@ -208,6 +215,7 @@ fn model_provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<
                 model,
                 implicit,
                 constrain_calls: !args.no_call_constraint,
+                plan_calls: !args.no_tool_plan,
             })
         }
     }
@@ -504,6 +512,7 @@ mod tests {
             provider: None,
             model_path: None,
             no_call_constraint: false,
+            no_tool_plan: false,
             record: None,
             replay: None,
         };
@@ -553,6 +562,7 @@ mod tests {
             provider: None,
             model_path: None,
             no_call_constraint: false,
+            no_tool_plan: false,
             record: None,
             replay: None,
         }

@@ -1,16 +1,22 @@
 //! The `agentry` binary with the embedded model: the default provider when no server is
-//! configured, and a real tool-needing question answered by the Qwen2.5-Coder 0.5B that
-//! `scripts/test` fetches (named by `AGENTRY_TEST_MODEL`; without it that test says so and passes).
+//! configured, a real tool-needing question answered by the Qwen2.5-Coder 0.5B that
+//! `scripts/test` fetches (named by `AGENTRY_TEST_MODEL`), and the README's example answered in
+//! full by the default model (`AGENTRY_TEST_DEFAULT_MODEL`). Without them those tests say so and
+//! pass.
 
 use std::path::PathBuf;
 
 use crate::common::{agentry, command, output, text};
 
 fn test_model() -> Option<PathBuf> {
-    match std::env::var_os("AGENTRY_TEST_MODEL") {
+    model_named_by("AGENTRY_TEST_MODEL")
+}
+
+fn model_named_by(variable: &str) -> Option<PathBuf> {
+    match std::env::var_os(variable) {
         Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
         _ => {
-            eprintln!("AGENTRY_TEST_MODEL is not set: the real-model test is skipped");
+            eprintln!("{variable} is not set: the real-model test is skipped");
             None
         }
     }
@@ -118,4 +124,60 @@ async fn the_local_model_answers_a_question_with_the_arithmetic_tool() {
         stdout.replace([',', ' '], "").contains("7006652"),
         "the answer has the product: {stdout}\n{stderr}"
     );
+}
+
+/// The README's first command, word for word, on the default model: both parts answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_example_is_answered_in_full_by_the_default_model() {
+    let Some(model) = model_named_by("AGENTRY_TEST_DEFAULT_MODEL") else {
+        return;
+    };
+    let readme = include_str!("../../../README.md");
+    let prompt = "What is 1234 * 5678, and what time is it?";
+    assert!(
+        readme.contains(&format!("-p agentry-cli -- run \"{prompt}\"")),
+        "the README's example is this test's"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = command(
+        &[
+            "run".into(),
+            "--no-mcp".into(),
+            "--model-path".into(),
+            model.display().to_string(),
+            "--workdir".into(),
+            dir.path().display().to_string(),
+            prompt.into(),
+        ],
+        dir.path(),
+    );
+    let out = crate::common::output_within(cmd, std::time::Duration::from_secs(900)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.replace([',', ' '], "").contains("7006652"),
+        "the product: {stdout}\n{stderr}"
+    );
+    // The time the tool gave, as the model may write it: 01:20, 1:20 (AM), 13:20 or 1:20 (PM).
+    let (hour, minute) = tool_time(&stderr).unwrap_or_else(|| panic!("current_time was called: {stderr}"));
+    let twelve = if hour % 12 == 0 { 12 } else { hour % 12 };
+    let written = [
+        format!("{hour:02}:{minute:02}"),
+        format!("{hour}:{minute:02}"),
+        format!("{twelve}:{minute:02}"),
+    ];
+    assert!(
+        written.iter().any(|time| stdout.contains(time.as_str())),
+        "the time, one of {written:?}: {stdout}\n{stderr}"
+    );
+}
+
+/// The hour and minute of the first `current_time` result shown on stderr.
+fn tool_time(stderr: &str) -> Option<(u32, u32)> {
+    let line = stderr.lines().find(|line| line.contains("current_time("))?;
+    let result = line.split('→').nth(1)?;
+    let clock = result.split('T').nth(1)?;
+    let hour = clock.get(0..2)?.parse().ok()?;
+    let minute = clock.get(3..5)?.parse().ok()?;
+    Some((hour, minute))
 }

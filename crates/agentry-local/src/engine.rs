@@ -16,8 +16,23 @@ use crate::template::ChatTemplate;
 use crate::turn::{CallTurn, Next};
 use crate::{LocalModelError, Sampler};
 
+mod choose;
+
+pub(crate) use choose::Chosen;
+
 /// The most tool calls one turn may hold; more are cut.
-const MOST_CALLS_PER_TURN: usize = 8;
+pub(crate) const MOST_CALLS_PER_TURN: usize = 8;
+
+/// What a turn may hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TurnShape<'a> {
+    /// Text put in the model's mouth: the turn begins with it (part of the returned text).
+    pub(crate) prefill: &'a str,
+    /// The calls the turn may hold, kept valid token by token; `None` leaves them free.
+    pub(crate) calls: Option<&'a Shape>,
+    /// The most calls the turn may hold; the turn ends once the last one is closed.
+    pub(crate) most_calls: usize,
+}
 
 /// What one generation produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,7 +141,9 @@ impl Engine {
             &token_text("tokenizer.ggml.bos_token_id"),
             &token_text("tokenizer.ggml.eos_token_id"),
         )?;
-        let mut stop_tokens: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
+        // A model that starts another message (`<|im_start|>`) has ended its own: seen as the
+        // whole answer of a 1.5B model otherwise.
+        let mut stop_tokens: Vec<u32> = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"]
             .iter()
             .filter_map(|t| tokenizer.token_to_id(t))
             .collect();
@@ -182,62 +199,25 @@ impl Engine {
         (second >= 64).then_some(second)
     }
 
-    /// Generates the model's turn after `prompt`. `on_text` gets the whole text so far after
-    /// each token and returns false to stop. With `calls`, a tool call the model starts is kept
-    /// valid for that shape (see [`crate::constrain`]).
+    /// Generates the model's turn after `prompt`, shaped by `turn` (see [`TurnShape`];
+    /// calls are constrained as [`crate::constrain`] says). `on_text` gets the whole text so
+    /// far after each token and returns false to stop.
     pub(crate) fn generate(
         &mut self,
         prompt: &str,
+        turn: &TurnShape<'_>,
         sampler: &Sampler,
         max_tokens: usize,
-        calls: Option<&Shape>,
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Result<Generated, LocalModelError> {
         let started = Instant::now();
-        let tokens = self
-            .tokenizer
-            .encode(prompt, false)
-            .map_err(|e| LocalModelError::Generation(format!("cannot tokenize the prompt: {e}")))?
-            .get_ids()
-            .to_vec();
-        if tokens.is_empty() {
-            return Err(LocalModelError::Generation("the prompt is empty".into()));
-        }
-        if tokens.len() >= self.model.context() {
-            return Err(LocalModelError::Generation(format!(
-                "the conversation ({} tokens) does not fit the model's context of {} tokens",
-                tokens.len(),
-                self.model.context()
-            )));
-        }
-        // Re-use the cached keys and values of the longest common prefix; at least the last
-        // prompt token runs, for its logits.
-        let mut common = self
-            .seen
-            .iter()
-            .zip(&tokens)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(tokens.len() - 1);
-        // A new process: the system block may be on disk from an earlier one.
-        let block = self.system_block(&tokens).filter(|block| *block > common);
-        let mut save_block = None;
-        if let (Some(block), Some(store)) = (block, &self.prefix_store) {
-            match store.load(&tokens[..block]) {
-                Some(saved) if self.model.import_cache(&saved, block).is_ok() => {
-                    self.seen = tokens[..block].to_vec();
-                    common = block;
-                }
-                _ => save_block = Some(block),
-            }
-        }
-        truncate(&mut self.model, &mut self.seen, common)?;
-        let mut logits = run(&mut self.model, &mut self.seen, &tokens[common..])?;
-        if let (Some(block), Some(store)) = (save_block, &self.prefix_store)
-            && let Ok(tensors) = self.model.export_cache(block)
-        {
-            store.save(&tokens[..block], tensors);
-        }
+        let TurnShape {
+            prefill,
+            calls,
+            most_calls,
+        } = *turn;
+        let read = self.read_prompt(&format!("{prompt}{prefill}"))?;
+        let (tokens, common, mut logits) = (read.tokens, read.reused, read.logits);
         let prompt_time = started.elapsed();
         let generating = Instant::now();
         let mut processor = match *sampler {
@@ -258,14 +238,14 @@ impl Engine {
         let mut corrected = 0;
         let mut call_state = CallState::Free;
         // The calls of the turn, and what may follow them (`turn.rs`).
-        let mut turn = CallTurn::new(MOST_CALLS_PER_TURN);
+        let mut turn = CallTurn::new(most_calls);
         // A call began or ended with the last token; seen once its text is decoded.
         let (mut call_began, mut call_ended) = (false, false);
         // Decodes each token once; a character split over tokens waits for its last byte.
         let mut decoder = self.tokenizer.decode_stream(false);
-        let mut text = String::new();
+        let mut text = prefill.to_owned();
         let mut end = End::Length;
-        let budget = max_tokens.min(self.model.context().saturating_sub(tokens.len() + 1));
+        let budget = max_tokens.min(self.model.context().saturating_sub(tokens + 1));
         while generated < budget {
             let next = match processor.as_mut() {
                 Some(processor) => processor.sample(&logits),
@@ -273,6 +253,14 @@ impl Engine {
             }
             .map_err(|e| LocalModelError::Generation(e.to_string()))?;
             let next = match calls {
+                // A turn that may hold no call: the answer.
+                _ if most_calls == 0 => {
+                    let chosen = self.tokens.avoid_call(&self.tokenizer, next, &logits, &text)?;
+                    if chosen != next {
+                        corrected += 1;
+                    }
+                    chosen
+                }
                 Some(shape) => {
                     let was_in_call = matches!(call_state, CallState::InCall(_));
                     let chosen = self.tokens.constrain(
@@ -330,7 +318,7 @@ impl Engine {
         }
         Ok(Generated {
             text,
-            prompt_tokens: tokens.len(),
+            prompt_tokens: tokens,
             reused_tokens: common,
             generated_tokens: generated,
             corrected_tokens: corrected,
@@ -339,6 +327,68 @@ impl Engine {
             generation_time: generating.elapsed(),
         })
     }
+
+    /// Tokenizes `prompt` and runs what the cache does not hold yet: the longest common prefix
+    /// with the last prompt is reused, and the system block may come from disk.
+    fn read_prompt(&mut self, prompt: &str) -> Result<ReadPrompt, LocalModelError> {
+        let tokens = self
+            .tokenizer
+            .encode(prompt, false)
+            .map_err(|e| LocalModelError::Generation(format!("cannot tokenize the prompt: {e}")))?
+            .get_ids()
+            .to_vec();
+        if tokens.is_empty() {
+            return Err(LocalModelError::Generation("the prompt is empty".into()));
+        }
+        if tokens.len() >= self.model.context() {
+            return Err(LocalModelError::Generation(format!(
+                "the conversation ({} tokens) does not fit the model's context of {} tokens",
+                tokens.len(),
+                self.model.context()
+            )));
+        }
+        // At least the last prompt token runs, for its logits.
+        let mut common = self
+            .seen
+            .iter()
+            .zip(&tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(tokens.len() - 1);
+        // A new process: the system block may be on disk from an earlier one.
+        let block = self.system_block(&tokens).filter(|block| *block > common);
+        let mut save_block = None;
+        if let (Some(block), Some(store)) = (block, &self.prefix_store) {
+            match store.load(&tokens[..block]) {
+                Some(saved) if self.model.import_cache(&saved, block).is_ok() => {
+                    self.seen = tokens[..block].to_vec();
+                    common = block;
+                }
+                _ => save_block = Some(block),
+            }
+        }
+        truncate(&mut self.model, &mut self.seen, common)?;
+        let logits = run(&mut self.model, &mut self.seen, &tokens[common..])?;
+        if let (Some(block), Some(store)) = (save_block, &self.prefix_store)
+            && let Ok(tensors) = self.model.export_cache(block)
+        {
+            store.save(&tokens[..block], tensors);
+        }
+        Ok(ReadPrompt {
+            tokens: tokens.len(),
+            reused: common,
+            logits,
+        })
+    }
+}
+
+/// A prompt read into the cache.
+struct ReadPrompt {
+    tokens: usize,
+    /// Tokens that were cached already.
+    reused: usize,
+    /// The next token's logits.
+    logits: Tensor,
 }
 
 /// The vocabulary as the call constraint sees it.
@@ -350,6 +400,40 @@ struct TokenTexts {
 }
 
 impl TokenTexts {
+    /// The token to take instead of `proposed` so that no call begins: `proposed` itself
+    /// unless it opens one, else the most likely token that does not.
+    fn avoid_call(
+        &mut self,
+        tokenizer: &Tokenizer,
+        proposed: u32,
+        logits: &Tensor,
+        text: &str,
+    ) -> Result<u32, LocalModelError> {
+        if !self.opens_call(tokenizer, proposed, text) {
+            return Ok(proposed);
+        }
+        let scores = logits
+            .to_vec1::<f32>()
+            .map_err(|e| LocalModelError::Generation(e.to_string()))?;
+        let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+        order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
+        Ok(order
+            .into_iter()
+            .find(|candidate| !self.opens_call(tokenizer, *candidate, text))
+            .unwrap_or(proposed))
+    }
+
+    /// Whether `token` after `text` opens a call: Qwen's tag, or a JSON object or fence where
+    /// a call may begin.
+    fn opens_call(&mut self, tokenizer: &Tokenizer, token: u32, text: &str) -> bool {
+        let piece = self.text(tokenizer, token);
+        if piece.contains("<tool_call>") {
+            return true;
+        }
+        let start = piece.trim_start();
+        call_position(text).is_some() && (start.starts_with('{') || start.starts_with("```"))
+    }
+
     /// The token to take instead of `proposed` so that a call being written stays valid.
     fn constrain(
         &mut self,

@@ -5,7 +5,10 @@
 //! `qwen2` GGUF architecture), the tokenizer and the chat template taken from the file itself.
 //!
 //! Small models often write a tool call as text instead of in Qwen's tags; the provider finds
-//! such calls ([`agentry::model::parse_text_calls`]) and returns them as real calls.
+//! such calls ([`agentry::model::parse_text_calls`]) and returns them as real calls. Small models
+//! also answer one part of a question with several: before its first turn the model plans the
+//! question (each part quoted, with the tool it needs), each planned tool is called, then it
+//! answers with no call ([`LocalModelConfig::plan_calls`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,6 +26,7 @@
 mod constrain;
 mod engine;
 mod linear;
+mod plan;
 mod prefix_store;
 mod provider;
 #[cfg(feature = "pull")]

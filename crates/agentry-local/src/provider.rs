@@ -14,12 +14,27 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::constrain::Shape;
-use crate::engine::{End, Engine, Generated};
+use crate::engine::{Chosen, End, Engine, Generated, MOST_CALLS_PER_TURN, TurnShape};
+use crate::plan::{PLAN_MAX_TOKENS, PLAN_PREFILL, PlanMemo, ReplyProgress, Step, parse_plan, plan_shape};
 use crate::{LocalModelError, Sampler};
 
 /// What small models need to hear to answer after a tool result instead of calling the tool
 /// again (measured: 0 of 6 plain answers without it, 4 of 4 with it).
 pub const ANSWER_AFTER_TOOLS_HINT: &str = "Call a tool only when you need one. When a tool result gives you what you need, answer the user in plain text and do not call the tool again.";
+
+/// In the answer step of a planned reply (every planned tool called), the user's question
+/// again right where the model answers: a small model then answers every part of it rather
+/// than the last result alone. Only in the prompt, never in memory.
+fn question_again(question: &str) -> Msg {
+    Msg::user(format!(
+        "(Now answer my question \"{}\" in full, every part of it, with the tool results above.)",
+        question.trim()
+    ))
+}
+
+/// What a forced call turn begins with: Qwen's call tag, so the call constraint holds from the
+/// first token.
+const CALL_PREFILL: &str = "<tool_call>\n";
 
 /// How the local model generates.
 #[derive(Debug, Clone)]
@@ -40,6 +55,11 @@ pub struct LocalModelConfig {
     /// Keep every tool call the model writes valid for the offered tools and their schemas,
     /// token by token (default on; see the crate docs).
     pub constrain_calls: bool,
+    /// Plan each question's tools before answering (default on; needs `constrain_calls`): the
+    /// model first chooses, constrained to the offered names, which tools the question needs;
+    /// each is then called, one per turn, before it may answer in text. Small models otherwise
+    /// answer one part of a question with several.
+    pub plan_calls: bool,
 }
 
 impl Default for LocalModelConfig {
@@ -50,6 +70,7 @@ impl Default for LocalModelConfig {
             answer_hint: true,
             name: None,
             constrain_calls: true,
+            plan_calls: true,
             prefix_cache_dir: None,
         }
     }
@@ -65,6 +86,12 @@ impl LocalModelConfig {
     /// Turns the call constraint on or off.
     pub fn constrain_calls(mut self, on: bool) -> Self {
         self.constrain_calls = on;
+        self
+    }
+
+    /// Turns the planning of each question's tools on or off.
+    pub fn plan_calls(mut self, on: bool) -> Self {
+        self.plan_calls = on;
         self
     }
 
@@ -166,6 +193,8 @@ pub struct LocalModel {
     engine: Arc<Mutex<Engine>>,
     config: LocalModelConfig,
     stats: Arc<Mutex<LocalStats>>,
+    /// The tools planned for the question being answered (see [`crate::plan`]).
+    plans: Arc<Mutex<PlanMemo>>,
 }
 
 impl std::fmt::Debug for LocalModel {
@@ -198,6 +227,7 @@ impl LocalModel {
             engine: Arc::new(Mutex::new(engine)),
             config,
             stats: Arc::new(Mutex::new(stats)),
+            plans: Arc::default(),
         })
     }
 
@@ -241,19 +271,48 @@ impl LocalModel {
     /// Runs one call on a blocking thread, sending cumulative responses to `tx`.
     fn generate(&self, request: ChatRequest, tx: mpsc::UnboundedSender<Result<ChatResponse, ModelError>>) {
         let started = Instant::now();
-        let (messages, tools) = self.prompt_parts(&request);
+        let (mut messages, tools) = self.prompt_parts(&request);
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         let id = new_id();
-        let calls = (self.config.constrain_calls && !tools.is_empty())
-            .then(|| Shape::call(tools.iter().map(|t| (t.name.as_str(), &t.parameters))));
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        let step = match self.step(&mut engine, &request, &messages, &tools) {
+            Ok(step) => step,
+            Err(e) => {
+                let _ = tx.send(Err(ModelError::Stream(e.to_string())));
+                return;
+            }
+        };
+        let (prefill, calls, most_calls) = match &step {
+            Step::Call(missing) => {
+                let planned = tools.iter().filter(|t| missing.contains(&t.name));
+                let shape = Shape::call(planned.map(|t| (t.name.as_str(), &t.parameters)));
+                (CALL_PREFILL, Some(shape), 1)
+            }
+            // The answer, with no call: small models otherwise call again what they have.
+            Step::Direct | Step::Answer => ("", None, 0),
+            _ => {
+                let shape = (self.config.constrain_calls && !tools.is_empty())
+                    .then(|| Shape::call(tools.iter().map(|t| (t.name.as_str(), &t.parameters))));
+                ("", shape, MOST_CALLS_PER_TURN)
+            }
+        };
+        if step == Step::Answer
+            && let Some(progress) = ReplyProgress::of(&messages)
+        {
+            messages.push(question_again(&progress.question));
+        }
         let outcome = engine.template.render(&messages, &tools).and_then(|prompt| {
             let mut shown = 0;
+            let turn = TurnShape {
+                prefill,
+                calls: calls.as_ref(),
+                most_calls,
+            };
             engine.generate(
                 &prompt,
+                &turn,
                 &self.config.sampler,
                 self.config.max_tokens,
-                calls.as_ref(),
                 |text| {
                     let visible = if names.is_empty() {
                         text
@@ -277,13 +336,76 @@ impl LocalModel {
         match outcome {
             Ok(generated) if generated.end == End::Abandoned => {}
             Ok(generated) => {
+                tracing::debug!(
+                    step = ?step,
+                    text = %generated.text,
+                    end = ?generated.end,
+                    tokens = generated.generated_tokens,
+                    "the local model's turn"
+                );
                 self.record(&generated);
-                let _ = tx.send(Ok(final_response(id, &generated, &names, started.elapsed())));
+                // A turn that may hold no call is all text, even where it looks like one.
+                let callable = if most_calls == 0 { &[][..] } else { &names[..] };
+                let _ = tx.send(Ok(final_response(id, &generated, callable, started.elapsed())));
             }
             Err(e) => {
                 let _ = tx.send(Err(ModelError::Stream(e.to_string())));
             }
         }
+    }
+
+    /// What this turn must be: planned replies call their tools before answering.
+    fn step(
+        &self,
+        engine: &mut Engine,
+        request: &ChatRequest,
+        messages: &[Msg],
+        tools: &[ToolSchema],
+    ) -> Result<Step, LocalModelError> {
+        let planning = self.config.plan_calls
+            && self.config.constrain_calls
+            && !tools.is_empty()
+            && matches!(request.tool_choice, None | Some(ToolChoice::Auto));
+        let Some(progress) = ReplyProgress::of(messages).filter(|_| planning) else {
+            return Ok(Step::Free);
+        };
+        let key = PlanMemo::key(&progress.question, tools);
+        let known = self.plans.lock().unwrap_or_else(|e| e.into_inner()).get(&key);
+        let plan = match known {
+            Some(plan) => plan,
+            None => {
+                // The prompt as it was when the reply began: its cached prefix serves the choice.
+                let prompt = engine
+                    .template
+                    .render(&messages[..=progress.question_at], tools)?;
+                let chosen = engine.choose(
+                    &format!("{prompt}{PLAN_PREFILL}"),
+                    &plan_shape(&progress.question, tools),
+                    PLAN_MAX_TOKENS,
+                )?;
+                self.record_choice(&chosen);
+                tracing::debug!(choice = %chosen.text, "the local model's plan");
+                let Some(plan) = parse_plan(&chosen.text, &progress.question) else {
+                    return Ok(Step::Free);
+                };
+                let plan = Arc::new(plan);
+                self.plans
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .put(key, plan.clone());
+                plan
+            }
+        };
+        Ok(progress.step(&plan))
+    }
+
+    fn record_choice(&self, chosen: &Chosen) {
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        let totals = &mut stats.totals;
+        totals.prompt_tokens += chosen.prompt_tokens;
+        totals.reused_tokens += chosen.reused_tokens;
+        totals.generated_tokens += chosen.generated_tokens;
+        totals.prompt_time += chosen.time;
     }
 
     fn record(&self, generated: &Generated) {

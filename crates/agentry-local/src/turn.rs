@@ -140,6 +140,10 @@ impl CallTurn {
                 }
             }
         };
+        // The last call the turn may hold is closed: nothing is worth generating after it.
+        if self.calls.len() >= self.most {
+            return Next::CutAt(closed_at);
+        }
         let rest = text.get(closed_at..).unwrap_or_default().trim_start();
         if rest.is_empty() || (wrapper != Wrapper::Bare && may_open_a_call(wrapper, rest)) {
             Next::Go
@@ -294,5 +298,18 @@ mod tests {
             "the second call is one too many"
         );
         assert_eq!(turn.calls(), 1);
+    }
+
+    #[test]
+    fn the_turn_ends_as_soon_as_its_last_call_is_closed() {
+        let mut turn = CallTurn::new(1);
+        let mut text = "<tool_call>\n".to_string();
+        turn.call_started(&text, text.len());
+        text.push_str(A);
+        assert_eq!(turn.call_complete(&text), Next::Go);
+        text.push_str("\n</tool");
+        assert_eq!(turn.after(&text), Next::Go, "the closing is still being written");
+        text.push_str("_call>");
+        assert_eq!(turn.after(&text), Next::CutAt(text.len()), "nothing may follow");
     }
 }

@@ -1,6 +1,8 @@
 //! The embedded model on a real GGUF file: generation, the cache kept across the steps of a
-//! reply, and a tool call through the agent. The file is named by `AGENTRY_TEST_MODEL` (e.g.
-//! the Qwen2.5-Coder 0.5B that `.ci/run` fetches); without it these tests say so and pass.
+//! reply, a tool call through the agent, and a question in two parts. The file is named by
+//! `AGENTRY_TEST_MODEL` (e.g. the Qwen2.5-Coder 0.5B that `.ci/run` fetches), the two-part
+//! question's by `AGENTRY_TEST_DEFAULT_MODEL` (the default 1.5B); without them these tests say
+//! so and pass.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
@@ -163,4 +165,70 @@ async fn the_agent_calls_a_tool_and_answers_with_its_result() {
             .iter()
             .any(|e| matches!(e, AgentEvent::ToolFinished { .. }))
     );
+}
+
+/// A toolkit of `multiply` (pure) and `weather`, each call recorded in `calls`.
+fn two_tools(calls: &Arc<std::sync::Mutex<Vec<String>>>) -> Toolkit {
+    let toolkit = Toolkit::new();
+    let seen = Arc::clone(calls);
+    toolkit
+        .register_with(
+            FunctionTool::new(
+                "multiply",
+                "Multiplies two integers exactly.",
+                json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+                move |args, _| {
+                    seen.lock().unwrap().push("multiply".into());
+                    let product = args["a"].as_i64().unwrap_or(0) * args["b"].as_i64().unwrap_or(0);
+                    agentry::tool::once(async move { product.to_string() })
+                },
+            ),
+            agentry::tool::ToolOptions::new().pure(true),
+        )
+        .unwrap();
+    let seen = Arc::clone(calls);
+    toolkit
+        .register(FunctionTool::new(
+            "weather",
+            "Today's weather in a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            move |_, _| {
+                seen.lock().unwrap().push("weather".into());
+                agentry::tool::once(async move { "Sunny, 21 °C".to_string() })
+            },
+        ))
+        .unwrap();
+    toolkit
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_in_two_parts_gets_both_tools_called_before_the_answer() {
+    // The default model: the 0.5B plans one part of two.
+    let Some(path) = std::env::var_os("AGENTRY_TEST_DEFAULT_MODEL").map(PathBuf::from) else {
+        eprintln!("AGENTRY_TEST_DEFAULT_MODEL is not set: the real-model test is skipped");
+        return;
+    };
+    let model = Arc::new(LocalModel::load(&path, LocalModelConfig::default().max_tokens(96)).unwrap());
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = ReActAgent::builder()
+        .name("agentry")
+        .sys_prompt("You are a helpful assistant.")
+        .model(Arc::clone(&model))
+        .toolkit(two_tools(&calls))
+        .max_iters(5)
+        .build()
+        .unwrap();
+
+    let reply = agent
+        .reply(Msg::user(
+            "What is 1234 times 5678, and what is the weather in Paris?",
+        ))
+        .await
+        .unwrap();
+
+    let mut made = calls.lock().unwrap().clone();
+    made.sort();
+    assert_eq!(made, ["multiply", "weather"], "each part's tool, once");
+    let text = reply.text().unwrap_or_default();
+    assert!(!text.trim().is_empty(), "an answer follows the calls");
 }

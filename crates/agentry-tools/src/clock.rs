@@ -1,12 +1,12 @@
-//! `current_time`: the date and time, which a model cannot know otherwise.
+//! `current_time`: the date and time, which a model cannot know otherwise. Its description
+//! gives no example time: a small model copied the example instead of calling the tool.
 
 use agentry::tool::tool;
 use chrono::{Local, SecondsFormat, Utc};
 
-/// Get the current date and time, as RFC 3339 with the weekday, e.g.
-/// `2026-11-23T10:15:02+01:00 (Monday)`. Use it whenever the answer depends on today's date or
-/// the time of day: you do not know them otherwise. Local time (with its UTC offset) unless
-/// `utc` is true.
+/// Get the current date and time, as RFC 3339 with the weekday in brackets. Call it whenever
+/// the answer depends on today's date or the time of day: you do not know them, and must never
+/// guess them. Local time (with its UTC offset) unless `utc` is true.
 ///
 /// # Arguments
 /// * `utc` - true to get the time in UTC instead of the local time zone (default false)

@@ -381,7 +381,13 @@ async fn repeats_run_again_by_default_and_for_tools_that_are_not_pure() {
         let reply = agent.reply(Msg::user("add")).await.unwrap();
         assert_eq!(reply.text().as_deref(), Some("1 + 2 = 3 and 5 + 5 = 10."));
         assert_eq!(runs.load(Ordering::SeqCst), 4, "pure {pure}: every call ran");
-        assert_eq!(tool_message(&fake, 2, "c3"), "3");
+        let c3 = tool_message(&fake, 2, "c3");
+        match answer_repeats {
+            // Off: a plain result.
+            None => assert_eq!(c3, "3"),
+            // On, for a tool that is not pure: the fresh result, and a note to answer now.
+            Some(_) => assert!(c3.starts_with("3\n") && c3.contains("it ran again"), "{c3}"),
+        }
         fake.assert_no_violations();
     }
 }

@@ -40,8 +40,9 @@ pub(crate) async fn build_model_with_figures(
             model,
             implicit,
             constrain_calls,
+            plan_calls,
         } => {
-            let local = load_local_model(model, implicit, constrain_calls).await?;
+            let local = load_local_model(model, implicit, constrain_calls, plan_calls).await?;
             Ok((Arc::new(local.clone()), Some(local)))
         }
         #[cfg(not(feature = "local"))]
@@ -57,6 +58,7 @@ async fn load_local_model(
     model: crate::config::LocalModelChoice,
     implicit: bool,
     constrain_calls: bool,
+    plan_calls: bool,
 ) -> anyhow::Result<agentry_local::LocalModel> {
     use crate::config::LocalModelChoice;
     let model_label = match &model {
@@ -83,6 +85,7 @@ async fn load_local_model(
     };
     let mut config = agentry_local::LocalModelConfig::default()
         .constrain_calls(constrain_calls)
+        .plan_calls(plan_calls)
         .prefix_cache_dir(cache.root().join("prefixes"));
     if let Some(name) = name {
         config = config.name(name);

@@ -26,10 +26,12 @@ pub(crate) enum Shape {
     },
     Boolean,
     Null,
-    /// An array of items of one shape.
-    Array(Arc<Shape>),
+    /// An array of items of one shape; with a number, at most that many.
+    Array(Arc<Shape>, Option<usize>),
     /// A tool call: `{"name": <one of the tools>, "arguments": <that tool's object>}`.
     Call(Arc<Vec<(String, Shape)>>),
+    /// A string quoted from this text: a part of it, at least two characters, no escapes.
+    Quote(Arc<String>),
 }
 
 /// The properties of an object shape.
@@ -39,6 +41,8 @@ pub(crate) struct ObjectShape {
     required: Vec<String>,
     /// Keys other than the properties are allowed.
     open: bool,
+    /// The properties come in their order (all of them).
+    ordered: bool,
 }
 
 impl Shape {
@@ -83,6 +87,7 @@ impl Shape {
                     properties,
                     required,
                     open,
+                    ordered: false,
                 }))
             }
             Some("string") => Shape::String(None),
@@ -90,9 +95,13 @@ impl Shape {
             Some("number") => Shape::Number { integer: false },
             Some("boolean") => Shape::Boolean,
             Some("null") => Shape::Null,
-            Some("array") => Shape::Array(Arc::new(
-                schema.get("items").map(Shape::from_schema).unwrap_or(Shape::Any),
-            )),
+            Some("array") => Shape::Array(
+                Arc::new(schema.get("items").map(Shape::from_schema).unwrap_or(Shape::Any)),
+                schema
+                    .get("maxItems")
+                    .and_then(Value::as_u64)
+                    .map(|most| most as usize),
+            ),
             _ => Shape::Any,
         }
     }
@@ -108,6 +117,7 @@ impl Shape {
                         properties: Vec::new(),
                         required: Vec::new(),
                         open: true,
+                        ordered: false,
                     })),
                 };
                 (name.to_owned(), shape)
@@ -115,7 +125,31 @@ impl Shape {
             .collect();
         Shape::Call(Arc::new(tools))
     }
+
+    /// A plan: a list of at most `most_parts` `{"part": <quoted from question>, "tool": <a
+    /// name or "none">}`, the part written first.
+    pub(crate) fn plan<'a>(
+        question: &str,
+        tools: impl IntoIterator<Item = &'a str>,
+        most_parts: usize,
+    ) -> Shape {
+        let mut names: Vec<String> = tools.into_iter().map(str::to_owned).collect();
+        names.push(NO_TOOL.to_owned());
+        let step = ObjectShape {
+            properties: vec![
+                ("part".to_owned(), Shape::Quote(Arc::new(question.to_owned()))),
+                ("tool".to_owned(), Shape::String(Some(Arc::new(names)))),
+            ],
+            required: vec!["part".to_owned(), "tool".to_owned()],
+            open: false,
+            ordered: true,
+        };
+        Shape::Array(Arc::new(Shape::Object(Arc::new(step))), Some(most_parts))
+    }
 }
+
+/// The tool of a planned part that needs none.
+pub(crate) const NO_TOOL: &str = "none";
 
 /// An object being written: which kind, which keys are used, what comes next.
 #[derive(Debug, Clone)]
@@ -164,12 +198,16 @@ enum Frame {
         after_item: bool,
         /// True right after `[` (then `]` is fine too).
         empty: bool,
+        /// How many more items may come, when the shape bounds them.
+        room: Option<usize>,
     },
     Str {
         text: String,
         /// Inside an escape: the characters still expected (`\u` takes four).
         escape: u8,
         choices: Option<Arc<Vec<String>>>,
+        /// The text the string must be quoted from.
+        within: Option<Arc<String>>,
         role: StringRole,
     },
     Number {
@@ -193,11 +231,12 @@ impl Frame {
     }
 
     /// An array just opened.
-    fn array(item: Shape) -> Frame {
+    fn array(item: Shape, most: Option<usize>) -> Frame {
         Frame::Array {
             item,
             after_item: false,
             empty: true,
+            room: most,
         }
     }
 
@@ -207,6 +246,7 @@ impl Frame {
             text: String::new(),
             escape: 0,
             choices,
+            within: None,
             role,
         }
     }
@@ -294,6 +334,7 @@ impl Acceptor {
                     item,
                     after_item,
                     empty,
+                    room,
                 } => {
                     if c.is_whitespace() {
                         return self.space();
@@ -302,6 +343,12 @@ impl Acceptor {
                     if c == ']' && (*after_item || *empty) {
                         self.stack.pop();
                         return true;
+                    }
+                    // Another item: only while there is room for one.
+                    match room {
+                        Some(0) => return false,
+                        Some(left) => *left -= 1,
+                        None => {}
                     }
                     if *after_item {
                         if c != ',' {
@@ -338,10 +385,17 @@ impl Acceptor {
                 name: None,
             }),
             (Shape::Any, '{') => Frame::object(ObjectKind::Any),
-            (Shape::Array(item), '[') => Frame::array((**item).clone()),
-            (Shape::Any, '[') => Frame::array(Shape::Any),
+            (Shape::Array(item, most), '[') => Frame::array((**item).clone(), *most),
+            (Shape::Any, '[') => Frame::array(Shape::Any, None),
             (Shape::String(choices), '"') => Frame::string(choices.clone(), StringRole::Value),
             (Shape::Any, '"') => Frame::string(None, StringRole::Value),
+            (Shape::Quote(within), '"') => Frame::Str {
+                text: String::new(),
+                escape: 0,
+                choices: None,
+                within: Some(within.clone()),
+                role: StringRole::Value,
+            },
             (Shape::Number { integer }, c) if c == '-' || c.is_ascii_digit() => Frame::Number {
                 text: c.to_string(),
                 integer: *integer,
@@ -364,11 +418,26 @@ impl Acceptor {
             text,
             escape,
             choices,
+            within,
             role,
         }) = self.stack.last_mut()
         else {
             return false;
         };
+        if let Some(within) = within {
+            return match c {
+                '"' if text.chars().count() >= 2 && within.contains(text.as_str()) => {
+                    let (text, role) = (std::mem::take(text), *role);
+                    self.stack.pop();
+                    self.string_done(text, role)
+                }
+                '"' | '\\' => false,
+                c => {
+                    text.push(c);
+                    within.contains(text.as_str())
+                }
+            };
+        }
         if *escape > 0 {
             let ok = if *escape == 5 {
                 // The character after the backslash.
@@ -510,6 +579,15 @@ fn key_choices(kind: &ObjectKind, used: &[String]) -> Option<Vec<String>> {
     match kind {
         ObjectKind::Any => None,
         ObjectKind::Shaped(shape) if shape.open => None,
+        ObjectKind::Shaped(shape) if shape.ordered => Some(
+            shape
+                .properties
+                .iter()
+                .map(|(name, _)| name.clone())
+                .find(|name| !used.contains(name))
+                .into_iter()
+                .collect(),
+        ),
         ObjectKind::Shaped(shape) => Some(
             shape
                 .properties
@@ -628,6 +706,33 @@ mod tests {
     fn complete(shape: Shape, text: &str) -> bool {
         let mut acceptor = Acceptor::new(shape);
         acceptor.feed_str(text) == Some(text.len()) && acceptor.is_complete()
+    }
+
+    #[test]
+    fn a_plan_quotes_its_parts_from_the_question_and_names_offered_tools() {
+        let plan = || {
+            Shape::plan(
+                "What is 2*3, and what time is it?",
+                ["calculate", "current_time"],
+                2,
+            )
+        };
+        assert!(complete(
+            plan(),
+            r#"[{"part": "2*3", "tool": "calculate"}, {"part": "what time is it", "tool": "current_time"}]"#
+        ));
+        assert!(complete(plan(), r#"[{"part": "What is", "tool": "none"}]"#));
+        assert!(complete(plan(), "[]"));
+        assert!(
+            !accepts(plan(), r#"[{"part": "the weather"#),
+            "not in the question"
+        );
+        assert!(!accepts(plan(), r#"[{"part": "W""#), "too short to say anything");
+        assert!(!accepts(plan(), r#"[{"tool": "#), "the part comes first");
+        assert!(
+            !accepts(plan(), r#"[{"part": "2*3", "tool": "write_file""#),
+            "not offered"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 mod json;
 
-pub(crate) use json::{Acceptor, Shape};
+pub(crate) use json::{Acceptor, NO_TOOL, Shape};
 
 /// Where the model is in its answer, for the constraint.
 #[derive(Debug, Clone)]

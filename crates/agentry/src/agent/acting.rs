@@ -16,6 +16,7 @@ use super::events::AgentEvent;
 use super::react::ReplyCx;
 use super::structured::StructuredSpec;
 use super::trace;
+use crate::CallId;
 use crate::memory::{Memory, MemoryError};
 use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ChatUsage;
@@ -308,14 +309,9 @@ impl ReplyCx<'_> {
                     .await;
                 ended.ran_for = running.elapsed();
                 match executed {
-                    Execution::Done(response, state) => {
-                        if state == ToolCallState::Completed && policy.pure {
-                            self.repeated.completed(
-                                self.hook_cx.iteration,
-                                call,
-                                &record.call_id,
-                                &response.content,
-                            );
+                    Execution::Done(mut response, state) => {
+                        if state == ToolCallState::Completed {
+                            self.note_repeat(call, &record.call_id, policy, &mut response.content);
                         }
                         ended.metadata = response.metadata;
                         (response.content, state)
@@ -350,6 +346,28 @@ impl ReplyCx<'_> {
         ended.content = content;
         ended.state = state;
         ended
+    }
+
+    /// Remembers a completed call for the repeat guard; a repeat of a tool that is not pure (it
+    /// ran again, its result fresh) gets a note to answer now (`repeats.rs`).
+    fn note_repeat(
+        &self,
+        call: &ToolUseBlock,
+        call_id: &CallId,
+        policy: &CallPolicy,
+        content: &mut Vec<ContentBlock>,
+    ) {
+        if !self.inner.config.answer_repeated_calls {
+            return;
+        }
+        let round = self.hook_cx.iteration;
+        if !policy.pure
+            && let Some(note) = self.repeated.rerun_note(round, call)
+        {
+            content.push(ContentBlock::text(note));
+        }
+        self.repeated
+            .completed(round, call, call_id, content, policy.pure);
     }
 
     /// Records first, then announces (X6, L3): whoever sees the last chunk or `ToolFinished`
