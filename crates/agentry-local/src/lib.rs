@@ -38,7 +38,7 @@ mod turn;
 
 use std::path::PathBuf;
 
-pub use provider::{LocalModel, LocalModelConfig, LocalStats, LocalTotals};
+pub use provider::{ANSWER_AFTER_TOOLS_HINT, LocalModel, LocalModelConfig, LocalStats, LocalTotals};
 #[cfg(feature = "pull")]
 pub use pull::{
     CachedModel, DEFAULT_MODEL, HF_ENDPOINT_ENV, KnownModel, MODELS_DIR_ENV, ModelCache, ModelSource,
