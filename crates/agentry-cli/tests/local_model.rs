@@ -100,21 +100,7 @@ async fn model_list_and_path_read_the_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_model_answers_a_question_with_the_arithmetic_tool() {
     let Some(model) = test_model() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let cmd = command(
-        &[
-            "run".into(),
-            "--no-mcp".into(),
-            "--model-path".into(),
-            model.display().to_string(),
-            "--workdir".into(),
-            dir.path().display().to_string(),
-            "What is 1234 multiplied by 5678?".into(),
-        ],
-        dir.path(),
-    );
-    let out = crate::common::output_within(cmd, std::time::Duration::from_secs(900)).await;
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let (out, stdout, stderr) = run_on(&model, "What is 1234 multiplied by 5678?").await;
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("calc") || stderr.contains("multiply"),
@@ -138,21 +124,7 @@ async fn the_readme_example_is_answered_in_full_by_the_default_model() {
         readme.contains(&format!("-p agentry-cli -- run \"{prompt}\"")),
         "the README's example is this test's"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let cmd = command(
-        &[
-            "run".into(),
-            "--no-mcp".into(),
-            "--model-path".into(),
-            model.display().to_string(),
-            "--workdir".into(),
-            dir.path().display().to_string(),
-            prompt.into(),
-        ],
-        dir.path(),
-    );
-    let out = crate::common::output_within(cmd, std::time::Duration::from_secs(900)).await;
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let (out, stdout, stderr) = run_on(&model, prompt).await;
     assert!(out.status.success(), "{stderr}");
     assert!(
         stdout.replace([',', ' '], "").contains("7006652"),
@@ -170,6 +142,27 @@ async fn the_readme_example_is_answered_in_full_by_the_default_model() {
         written.iter().any(|time| stdout.contains(time.as_str())),
         "the time, one of {written:?}: {stdout}\n{stderr}"
     );
+}
+
+/// `agentry run --no-mcp PROMPT` on the model file, in a fresh working directory: the output,
+/// stdout and stderr.
+async fn run_on(model: &std::path::Path, prompt: &str) -> (std::process::Output, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = command(
+        &[
+            "run".into(),
+            "--no-mcp".into(),
+            "--model-path".into(),
+            model.display().to_string(),
+            "--workdir".into(),
+            dir.path().display().to_string(),
+            prompt.into(),
+        ],
+        dir.path(),
+    );
+    let out = crate::common::output_within(cmd, std::time::Duration::from_secs(900)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    (out, stdout, stderr)
 }
 
 /// The hour and minute of the first `current_time` result shown on stderr.

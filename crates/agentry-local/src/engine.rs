@@ -412,12 +412,7 @@ impl TokenTexts {
         if !self.opens_call(tokenizer, proposed, text) {
             return Ok(proposed);
         }
-        let scores = logits
-            .to_vec1::<f32>()
-            .map_err(|e| LocalModelError::Generation(e.to_string()))?;
-        let mut order: Vec<u32> = (0..scores.len() as u32).collect();
-        order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
-        Ok(order
+        Ok(by_likelihood(logits)?
             .into_iter()
             .find(|candidate| !self.opens_call(tokenizer, *candidate, text))
             .unwrap_or(proposed))
@@ -464,12 +459,7 @@ impl TokenTexts {
             return Ok(proposed);
         }
         // The model's pick breaks the call: the most likely token that keeps it.
-        let scores = logits
-            .to_vec1::<f32>()
-            .map_err(|e| LocalModelError::Generation(e.to_string()))?;
-        let mut order: Vec<u32> = (0..scores.len() as u32).collect();
-        order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
-        for candidate in order {
+        for candidate in by_likelihood(logits)? {
             if let Some(next) = self.accepted(tokenizer, acceptor, candidate) {
                 *state = CallState::after(next);
                 return Ok(candidate);
@@ -503,6 +493,16 @@ impl TokenTexts {
         }
         text
     }
+}
+
+/// Every token, the most likely first.
+fn by_likelihood(logits: &Tensor) -> Result<Vec<u32>, LocalModelError> {
+    let scores = logits
+        .to_vec1::<f32>()
+        .map_err(|e| LocalModelError::Generation(e.to_string()))?;
+    let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+    order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
+    Ok(order)
 }
 
 /// Cuts the cache, and `seen` with it, back to `len` positions.

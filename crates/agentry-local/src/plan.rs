@@ -26,8 +26,8 @@ pub(crate) enum Step {
     Free,
     /// A call of one of these tools (planned, not called yet).
     Call(Vec<String>),
-    /// Every planned tool has been called: the answer comes now, with no call.
-    Answer,
+    /// Every planned tool has been called: the answer to this question comes now, with no call.
+    Answer(String),
     /// No part of the question needs a tool: the answer comes now, with no call.
     Direct,
 }
@@ -80,7 +80,7 @@ impl ReplyProgress {
         } else if self.called.is_empty() {
             Step::Direct
         } else {
-            Step::Answer
+            Step::Answer(self.question.clone())
         }
     }
 }
@@ -210,7 +210,7 @@ mod tests {
         assert_eq!(progress.called, vec!["calculate".to_string()]);
         let plan = vec!["calculate".to_string(), "current_time".to_string()];
         assert_eq!(progress.step(&plan), Step::Call(vec!["current_time".into()]));
-        assert_eq!(progress.step(&plan[..1]), Step::Answer);
+        assert_eq!(progress.step(&plan[..1]), Step::Answer(progress.question.clone()));
         let fresh = ReplyProgress::of(&messages[..6]).unwrap();
         assert_eq!(fresh.step(&plan), Step::Call(plan.clone()));
         assert_eq!(fresh.step(&[]), Step::Direct);

@@ -289,17 +289,15 @@ impl LocalModel {
                 (CALL_PREFILL, Some(shape), 1)
             }
             // The answer, with no call: small models otherwise call again what they have.
-            Step::Direct | Step::Answer => ("", None, 0),
+            Step::Direct | Step::Answer(_) => ("", None, 0),
             _ => {
                 let shape = (self.config.constrain_calls && !tools.is_empty())
                     .then(|| Shape::call(tools.iter().map(|t| (t.name.as_str(), &t.parameters))));
                 ("", shape, MOST_CALLS_PER_TURN)
             }
         };
-        if step == Step::Answer
-            && let Some(progress) = ReplyProgress::of(&messages)
-        {
-            messages.push(question_again(&progress.question));
+        if let Step::Answer(question) = &step {
+            messages.push(question_again(question));
         }
         let outcome = engine.template.render(&messages, &tools).and_then(|prompt| {
             let mut shown = 0;
