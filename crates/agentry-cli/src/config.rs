@@ -65,6 +65,11 @@ pub struct ModelArgs {
     /// to measure what the plan brings)
     #[arg(long)]
     pub no_tool_plan: bool,
+    /// Local model: the most disk space its saved prompt prefixes (system prompt and tool
+    /// descriptions, read once and reused by later runs) may take, e.g. 400MB, 2GB, 0 to save
+    /// none; the least recently used go first [default: 400MB]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub cache_size: Option<u64>,
     /// The GGUF file of the local model (with `--provider local`) [env: AGENTRY_MODEL_PATH]
     #[arg(long, value_name = "FILE")]
     pub model_path: Option<PathBuf>,
@@ -110,6 +115,8 @@ pub enum ProviderConfig {
         constrain_calls: bool,
         /// Plan each question's tools (`--no-tool-plan` turns this off).
         plan_calls: bool,
+        /// The most bytes of saved prompt prefixes (`--cache-size`).
+        cache_size: u64,
     },
     /// The calls of a cassette, served without a model (`--replay`).
     Replay(PathBuf),
@@ -130,6 +137,12 @@ pub enum LocalModelChoice {
     /// A name from `agentry model list`.
     Named(String),
 }
+
+/// The default bound of the local model's saved prompt prefixes.
+#[cfg(feature = "local")]
+const DEFAULT_CACHE_SIZE: u64 = agentry_local::DEFAULT_PREFIX_CACHE_SIZE;
+#[cfg(not(feature = "local"))]
+const DEFAULT_CACHE_SIZE: u64 = 400_000_000;
 
 /// The model used by the local provider when none is named.
 #[cfg(feature = "local")]
@@ -216,6 +229,7 @@ fn model_provider_config(args: &ModelArgs, file: &ConfigFile) -> anyhow::Result<
                 implicit,
                 constrain_calls: !args.no_call_constraint,
                 plan_calls: !args.no_tool_plan,
+                cache_size: args.cache_size.or(file.cache_size).unwrap_or(DEFAULT_CACHE_SIZE),
             })
         }
     }
@@ -293,6 +307,10 @@ pub struct ConfigFile {
     pub permissions: PermissionsConfig,
     /// The only tools offered to the model (`--tools`).
     pub tools: Option<Vec<String>>,
+    /// Local model: the most bytes of saved prompt prefixes (`--cache-size`): a number of
+    /// bytes or a size with a unit, like the flag.
+    #[serde(default, deserialize_with = "size_field")]
+    cache_size: Option<u64>,
 }
 
 /// `"permissions": {"allow": ["write_file:notes/**"], "deny": ["read_file:.env"]}`.
@@ -334,6 +352,48 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} must be more than 0 and at most a week"));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// A size in bytes as `--cache-size` and the config file take it: bytes (`1000000`), or a
+/// number with a unit: `KB`, `MB`, `GB` (powers of 1000) or `KiB`, `MiB`, `GiB` (of 1024);
+/// `K`, `M`, `G` alone are read as the first.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(format!("{text:?} is not a size (try 400MB, 2GB or 0)")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (try 400MB, 2GB or 0)"))?;
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes > 1e15 {
+        return Err(format!("{text:?} is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+fn size_field<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+    match Raw::deserialize(de)? {
+        Raw::Bytes(bytes) => Ok(Some(bytes)),
+        Raw::Text(text) => parse_size(&text).map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 fn duration_field<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Duration>, D::Error> {
@@ -513,6 +573,7 @@ mod tests {
             model_path: None,
             no_call_constraint: false,
             no_tool_plan: false,
+            cache_size: None,
             record: None,
             replay: None,
         };
@@ -563,9 +624,40 @@ mod tests {
             model_path: None,
             no_call_constraint: false,
             no_tool_plan: false,
+            cache_size: None,
             record: None,
             replay: None,
         }
+    }
+
+    #[test]
+    fn a_cache_size_reads_with_or_without_a_unit() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("123456"), Ok(123_456));
+        assert_eq!(parse_size("400MB"), Ok(400_000_000));
+        assert_eq!(parse_size("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_size("2g"), Ok(2_000_000_000));
+        assert_eq!(parse_size("64MiB"), Ok(64 * 1024 * 1024));
+        for bad in ["", "lots", "10 parsecs", "-1MB", "1e30"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+        let local = |file: &str, flag: Option<u64>| {
+            let file: ConfigFile = serde_json::from_str(file).unwrap();
+            let args = ModelArgs {
+                provider: Some(ProviderName::Local),
+                cache_size: flag,
+                ..no_flags()
+            };
+            match provider_config(&args, &file).unwrap() {
+                ProviderConfig::Local { cache_size, .. } => cache_size,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(local("{}", None), DEFAULT_CACHE_SIZE);
+        assert_eq!(local(r#"{"cache_size": "1GB"}"#, None), 1_000_000_000);
+        assert_eq!(local(r#"{"cache_size": 5000}"#, None), 5000);
+        assert_eq!(local(r#"{"cache_size": 5000}"#, Some(0)), 0, "the flag wins");
+        assert!(serde_json::from_str::<ConfigFile>(r#"{"cache_size": "big"}"#).is_err());
     }
 
     #[test]

@@ -112,6 +112,55 @@ async fn the_local_model_answers_a_question_with_the_arithmetic_tool() {
     );
 }
 
+/// The system block read by one run is read from disk by the next, and the saved prefixes
+/// stay within `--cache-size`; `--verbose` tells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_run_reads_the_prompt_prefix_from_disk_within_the_cache_size() {
+    let Some(model) = test_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let run = || {
+        let cmd = command(
+            &[
+                "run".into(),
+                "--no-mcp".into(),
+                "--verbose".into(),
+                "--cache-size".into(),
+                "10MB".into(),
+                "--model-path".into(),
+                model.display().to_string(),
+                "--workdir".into(),
+                dir.path().display().to_string(),
+                "What is 2 + 2?".into(),
+            ],
+            dir.path(),
+        );
+        crate::common::output_within(cmd, std::time::Duration::from_secs(600))
+    };
+    let prefixes = dir.path().join("models").join("prefixes");
+
+    let first = run().await;
+    let stderr = text(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+    assert_eq!(from_disk(&stderr), Some(0), "nothing saved yet: {stderr}");
+    let saved: u64 = std::fs::read_dir(&prefixes)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(saved > 0 && saved <= 10_000_000, "saved {saved} bytes");
+
+    let second = run().await;
+    let stderr = text(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    let read = from_disk(&stderr).unwrap_or_default();
+    assert!(read >= 128, "the saved prefix is read back: {stderr}");
+}
+
+/// The prompt tokens `--verbose` says were read from disk.
+fn from_disk(stderr: &str) -> Option<usize> {
+    let before = stderr.split(" of them from disk").next()?;
+    before.rsplit(' ').next()?.parse().ok()
+}
+
 /// The README's first command, word for word, on the default model: both parts answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_example_is_answered_in_full_by_the_default_model() {

@@ -42,6 +42,8 @@ pub(crate) struct Generated {
     pub(crate) prompt_tokens: usize,
     /// Prompt tokens whose keys and values were already cached (not run again).
     pub(crate) reused_tokens: usize,
+    /// Of those, the tokens read from the prefix store on disk.
+    pub(crate) stored_tokens: usize,
     pub(crate) generated_tokens: usize,
     /// Tokens the call constraint chose instead of the model's pick.
     pub(crate) corrected_tokens: usize,
@@ -183,9 +185,21 @@ impl Engine {
         truncate(&mut self.model, &mut self.seen, 0)
     }
 
-    /// Saves and reads the system block's keys and values in `dir` (see [`PrefixStore`]).
-    pub(crate) fn keep_prefixes_in(&mut self, dir: &Path, model: &Path) {
-        self.prefix_store = PrefixStore::new(dir, model);
+    /// Saves and reads system blocks' keys and values in `dir`, in at most `budget` bytes
+    /// (see [`PrefixStore`]).
+    pub(crate) fn keep_prefixes_in(&mut self, dir: &Path, model: &Path, budget: u64) {
+        self.prefix_store = PrefixStore::new(dir, model, budget);
+    }
+
+    /// The model's tokens for `text` (special tokens written out, like `<|im_start|>`, are read
+    /// as such).
+    pub(crate) fn tokenize(&self, text: &str) -> Result<Vec<u32>, LocalModelError> {
+        Ok(self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| LocalModelError::Generation(format!("cannot tokenize the prompt: {e}")))?
+            .get_ids()
+            .to_vec())
     }
 
     /// The length of the prompt's system block (up to the second message), when there is one
@@ -320,6 +334,7 @@ impl Engine {
             text,
             prompt_tokens: tokens,
             reused_tokens: common,
+            stored_tokens: read.stored,
             generated_tokens: generated,
             corrected_tokens: corrected,
             end,
@@ -331,12 +346,7 @@ impl Engine {
     /// Tokenizes `prompt` and runs what the cache does not hold yet: the longest common prefix
     /// with the last prompt is reused, and the system block may come from disk.
     fn read_prompt(&mut self, prompt: &str) -> Result<ReadPrompt, LocalModelError> {
-        let tokens = self
-            .tokenizer
-            .encode(prompt, false)
-            .map_err(|e| LocalModelError::Generation(format!("cannot tokenize the prompt: {e}")))?
-            .get_ids()
-            .to_vec();
+        let tokens = self.tokenize(prompt)?;
         if tokens.is_empty() {
             return Err(LocalModelError::Generation("the prompt is empty".into()));
         }
@@ -355,28 +365,43 @@ impl Engine {
             .take_while(|(a, b)| a == b)
             .count()
             .min(tokens.len() - 1);
-        // A new process: the system block may be on disk from an earlier one.
-        let block = self.system_block(&tokens).filter(|block| *block > common);
-        let mut save_block = None;
-        if let (Some(block), Some(store)) = (block, &self.prefix_store) {
-            match store.load(&tokens[..block]) {
-                Some(saved) if self.model.import_cache(&saved, block).is_ok() => {
-                    self.seen = tokens[..block].to_vec();
-                    common = block;
+        // The system block may be on disk, whole or in part, from an earlier process.
+        let mut stored = 0;
+        let mut save_from = None;
+        if let (Some(block), Some(store)) = (self.system_block(&tokens), &self.prefix_store)
+            && block > common
+        {
+            let found = store.find(&tokens[..block], common);
+            if found.len > common {
+                truncate(&mut self.model, &mut self.seen, common)?;
+                match extend_from_store(&mut self.model, &found, common) {
+                    Ok(()) => {
+                        self.seen.extend_from_slice(&tokens[common..found.len]);
+                        stored = found.len - common;
+                        common = found.len;
+                    }
+                    Err(e) => {
+                        tracing::debug!("cannot use the saved prompt prefix: {e}");
+                        truncate(&mut self.model, &mut self.seen, common)?;
+                    }
                 }
-                _ => save_block = Some(block),
+            }
+            if found.saved < block {
+                save_from = Some((block, found.saved));
             }
         }
         truncate(&mut self.model, &mut self.seen, common)?;
         let logits = run(&mut self.model, &mut self.seen, &tokens[common..])?;
-        if let (Some(block), Some(store)) = (save_block, &self.prefix_store)
-            && let Ok(tensors) = self.model.export_cache(block)
-        {
-            store.save(&tokens[..block], tensors);
+        if let (Some((block, from)), Some(store)) = (save_from, &self.prefix_store) {
+            let model = &self.model;
+            store.save(&tokens[..block], from, |start, end| {
+                model.export_cache(start, end)
+            });
         }
         Ok(ReadPrompt {
             tokens: tokens.len(),
             reused: common,
+            stored,
             logits,
         })
     }
@@ -387,6 +412,8 @@ struct ReadPrompt {
     tokens: usize,
     /// Tokens that were cached already.
     reused: usize,
+    /// Of those, the tokens read from the prefix store.
+    stored: usize,
     /// The next token's logits.
     logits: Tensor,
 }
@@ -503,6 +530,22 @@ fn by_likelihood(logits: &Tensor) -> Result<Vec<u32>, LocalModelError> {
     let mut order: Vec<u32> = (0..scores.len() as u32).collect();
     order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
     Ok(order)
+}
+
+/// Appends the positions from `held` on of the chunks `found` in the store (the cache holds
+/// exactly `held` positions).
+fn extend_from_store(
+    model: &mut Qwen2,
+    found: &crate::prefix_store::Found,
+    held: usize,
+) -> candle_core::Result<()> {
+    for chunk in &found.chunks {
+        let skip = held.saturating_sub(chunk.start);
+        if skip < chunk.len {
+            model.extend_cache(&chunk.tensors, skip, chunk.len - skip)?;
+        }
+    }
+    Ok(())
 }
 
 /// Cuts the cache, and `seen` with it, back to `len` positions.

@@ -10,6 +10,12 @@
 //! question (each part quoted, with the tool it needs), each planned tool is called, then it
 //! answers with no call ([`LocalModelConfig::plan_calls`]).
 //!
+//! Each step reuses the cached keys and values of the prompt it shares with the last one. With
+//! [`LocalModelConfig::prefix_cache_dir`], the system block (system prompt and tools) is also
+//! saved on disk in chunks, so that a later process reads the longest saved prefix of its own,
+//! within [`LocalModelConfig::prefix_cache_size`] bytes; [`LocalStats`] counts what the cache
+//! served.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use agentry::ReActAgent;
@@ -38,7 +44,9 @@ mod turn;
 
 use std::path::PathBuf;
 
-pub use provider::{ANSWER_AFTER_TOOLS_HINT, LocalModel, LocalModelConfig, LocalStats, LocalTotals};
+pub use provider::{
+    ANSWER_AFTER_TOOLS_HINT, DEFAULT_PREFIX_CACHE_SIZE, LocalModel, LocalModelConfig, LocalStats, LocalTotals,
+};
 #[cfg(feature = "pull")]
 pub use pull::{
     CachedModel, DEFAULT_MODEL, HF_ENDPOINT_ENV, KnownModel, MODELS_DIR_ENV, ModelCache, ModelSource,

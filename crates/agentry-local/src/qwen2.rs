@@ -107,12 +107,12 @@ impl KvBuffer {
         Ok((k_buffer.narrow(2, 0, needed)?, v_buffer.narrow(2, 0, needed)?))
     }
 
-    /// Copies of the first `len` positions.
-    fn export(&self, len: usize) -> Result<(Tensor, Tensor)> {
+    /// Copies of positions `start..end`.
+    fn export(&self, start: usize, end: usize) -> Result<(Tensor, Tensor)> {
         match &self.buffers {
-            Some((k, v)) if len <= self.len => Ok((
-                k.narrow(2, 0, len)?.contiguous()?,
-                v.narrow(2, 0, len)?.contiguous()?,
+            Some((k, v)) if start < end && end <= self.len => Ok((
+                k.narrow(2, start, end - start)?.contiguous()?,
+                v.narrow(2, start, end - start)?.contiguous()?,
             )),
             _ => Err(candle_core::Error::Msg(
                 "a layer's cache is shorter than asked".into(),
@@ -213,50 +213,51 @@ impl Qwen2 {
         self.shape.context
     }
 
-    /// Forgets every position from `len` on.
-    /// The keys and values of the first `len` cached positions, per layer (`k0`, `v0`, ...).
-    pub(crate) fn export_cache(&self, len: usize) -> Result<Vec<(String, Tensor)>> {
-        if len == 0 || len > self.cached {
+    /// The keys and values of cached positions `start..end`, per layer (`k0`, `v0`, ...).
+    pub(crate) fn export_cache(&self, start: usize, end: usize) -> Result<Vec<(String, Tensor)>> {
+        if start >= end || end > self.cached {
             return Err(candle_core::Error::Msg(format!(
-                "cannot export {len} positions of a cache holding {}",
+                "cannot export positions {start}..{end} of a cache holding {}",
                 self.cached
             )));
         }
         let mut tensors = Vec::with_capacity(self.layers.len() * 2);
         for (i, layer) in self.layers.iter().enumerate() {
-            let (k, v) = layer.cache.export(len)?;
+            let (k, v) = layer.cache.export(start, end)?;
             tensors.push((format!("k{i}"), k));
             tensors.push((format!("v{i}"), v));
         }
         Ok(tensors)
     }
 
-    /// Replaces the cache with `len` positions exported by [`Qwen2::export_cache`] from the
-    /// same model; the shapes are checked.
-    pub(crate) fn import_cache(
+    /// Appends to the cache `take` positions, from position `skip`, of keys and values
+    /// exported by [`Qwen2::export_cache`] from the same model; the shapes are checked first,
+    /// so a refused chunk changes nothing.
+    pub(crate) fn extend_cache(
         &mut self,
         tensors: &std::collections::HashMap<String, Tensor>,
-        len: usize,
+        skip: usize,
+        take: usize,
     ) -> Result<()> {
-        let expected = [1, self.shape.kv_heads, len, self.shape.head_dim()];
-        let mut caches = Vec::with_capacity(self.layers.len());
+        let mut parts = Vec::with_capacity(self.layers.len());
         for i in 0..self.layers.len() {
             let get = |name: String| -> Result<Tensor> {
                 let t = tensors
                     .get(&name)
                     .ok_or_else(|| candle_core::Error::Msg(format!("{name} is missing")))?;
-                if t.dims() != expected || t.dtype() != DType::F32 {
+                let fits = matches!(t.dims(), [1, heads, len, dim]
+                    if *heads == self.shape.kv_heads && *dim == self.shape.head_dim() && skip + take <= *len);
+                if !fits || t.dtype() != DType::F32 {
                     return Err(candle_core::Error::Msg(format!("{name} has the wrong shape")));
                 }
-                Ok(t.clone())
+                t.narrow(2, skip, take)
             };
-            caches.push((get(format!("k{i}"))?, get(format!("v{i}"))?));
+            parts.push((get(format!("k{i}"))?, get(format!("v{i}"))?));
         }
-        for (layer, (k, v)) in self.layers.iter_mut().zip(caches) {
-            layer.cache = KvBuffer::default();
+        for (layer, (k, v)) in self.layers.iter_mut().zip(parts) {
             layer.cache.append(&k, &v)?;
         }
-        self.cached = len;
+        self.cached += take;
         Ok(())
     }
 

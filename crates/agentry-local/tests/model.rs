@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentry::message::Msg;
-use agentry::model::{ChatModel, ChatRequest};
+use agentry::model::{ChatModel, ChatRequest, ToolSchema};
 use agentry::tool::{FunctionTool, Toolkit};
 use agentry::{AgentEvent, ReActAgent};
 use agentry_local::{LocalModel, LocalModelConfig};
@@ -79,6 +79,41 @@ async fn answer(model: &LocalModel, messages: Vec<Msg>) -> String {
     agentry::message::join_text(&last.unwrap().content).unwrap_or_default()
 }
 
+/// The whole answer to `request`, text and calls (their ids left out), as one string.
+async fn reply(model: &LocalModel, request: ChatRequest) -> String {
+    let mut stream = model.chat(request);
+    let mut last = None;
+    while let Some(item) = stream.next().await {
+        last = Some(item.unwrap());
+    }
+    let mut content = serde_json::to_value(&last.unwrap().content).unwrap();
+    for block in content.as_array_mut().unwrap() {
+        block.as_object_mut().unwrap().remove("id");
+    }
+    content.to_string()
+}
+
+fn tool(name: &str, description: &str, argument: &str) -> ToolSchema {
+    ToolSchema {
+        name: name.into(),
+        description: description.into(),
+        parameters: json!({"type": "object", "properties": {argument: {"type": "string"}}, "required": [argument]}),
+    }
+}
+
+fn saved_chunks(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "safetensors")
+        })
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_process_reads_the_system_block_from_disk_and_answers_the_same() {
     let Some(path) = model_file() else { return };
@@ -97,8 +132,7 @@ async fn a_new_process_reads_the_system_block_from_disk_and_answers_the_same() {
     let first = LocalModel::load(&path, config()).unwrap();
     let first_answer = answer(&first, messages()).await;
     assert_eq!(first.stats().reused_tokens, 0);
-    let saved = std::fs::read_dir(dir.path()).unwrap().count();
-    assert_eq!(saved, 1, "the system block is saved");
+    assert!(saved_chunks(dir.path()) >= 1, "the system block is saved");
     drop(first);
 
     // Another model instance, as in a new process: the system block comes from disk.
@@ -106,13 +140,73 @@ async fn a_new_process_reads_the_system_block_from_disk_and_answers_the_same() {
     let second_answer = answer(&second, messages()).await;
     let stats = second.stats();
     assert!(
-        stats.reused_tokens >= 64 && stats.reused_tokens < stats.prompt_tokens,
+        stats.stored_tokens >= 64 && stats.stored_tokens == stats.reused_tokens,
         "{stats:?}"
     );
+    assert!(stats.reused_tokens < stats.prompt_tokens, "{stats:?}");
     assert_eq!(
         second_answer, first_answer,
         "the same keys and values, the same answer"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tool_list_reads_the_part_it_shares_from_disk_and_answers_as_without() {
+    let Some(path) = model_file() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = || LocalModelConfig::default().max_tokens(24).plan_calls(false);
+    let system = format!(
+        "You are a careful assistant. {}",
+        "Use a tool only when the question needs one; otherwise answer in one short sentence. ".repeat(8)
+    );
+    let weather = tool("weather", "Today's weather in a city.", "city");
+    let request = |tools: Vec<ToolSchema>| {
+        let mut request = ChatRequest::new(vec![Msg::system(system.clone()), Msg::user("What is 2 + 2?")]);
+        request.tools = tools.into();
+        request
+    };
+    let first_tools = vec![
+        weather.clone(),
+        tool("stock_price", "A company's share price.", "symbol"),
+    ];
+    let second_tools = vec![
+        weather,
+        tool("translate", "Translates a text into English.", "text"),
+    ];
+
+    let first = LocalModel::load(&path, config().prefix_cache_dir(dir.path())).unwrap();
+    reply(&first, request(first_tools.clone())).await;
+    let first_block = saved_chunks(dir.path());
+    drop(first);
+
+    // A new process with a tool list that begins like the first one and then differs.
+    let second = LocalModel::load(&path, config().prefix_cache_dir(dir.path())).unwrap();
+    let second_answer = reply(&second, request(second_tools.clone())).await;
+    let stats = second.stats();
+    let shared = common_prefix(&second, request(first_tools), request(second_tools.clone()));
+    assert!(
+        stats.stored_tokens == shared && shared >= 128,
+        "every shared token, no more, comes from disk ({shared} shared): {stats:?}"
+    );
+    assert!(
+        saved_chunks(dir.path()) > first_block,
+        "the new tail is saved too"
+    );
+
+    let fresh = LocalModel::load(&path, config()).unwrap();
+    let fresh_answer = reply(&fresh, request(second_tools)).await;
+    assert_eq!(fresh.stats().reused_tokens, 0);
+    assert_eq!(
+        second_answer, fresh_answer,
+        "the shared keys and values give the same answer"
+    );
+}
+
+/// How many leading tokens the prompts of two requests share.
+fn common_prefix(model: &LocalModel, a: ChatRequest, b: ChatRequest) -> usize {
+    let a = model.tokenize(&model.render_prompt(&a).unwrap()).unwrap();
+    let b = model.tokenize(&model.render_prompt(&b).unwrap()).unwrap();
+    a.iter().zip(&b).take_while(|(x, y)| x == y).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,8 +41,13 @@ pub(crate) async fn build_model_with_figures(
             implicit,
             constrain_calls,
             plan_calls,
+            cache_size,
         } => {
-            let local = load_local_model(model, implicit, constrain_calls, plan_calls).await?;
+            let config = agentry_local::LocalModelConfig::default()
+                .constrain_calls(constrain_calls)
+                .plan_calls(plan_calls)
+                .prefix_cache_size(cache_size);
+            let local = load_local_model(model, implicit, config).await?;
             Ok((Arc::new(local.clone()), Some(local)))
         }
         #[cfg(not(feature = "local"))]
@@ -57,8 +62,7 @@ pub(crate) async fn build_model_with_figures(
 async fn load_local_model(
     model: crate::config::LocalModelChoice,
     implicit: bool,
-    constrain_calls: bool,
-    plan_calls: bool,
+    config: agentry_local::LocalModelConfig,
 ) -> anyhow::Result<agentry_local::LocalModel> {
     use crate::config::LocalModelChoice;
     let model_label = match &model {
@@ -83,10 +87,7 @@ async fn load_local_model(
             (path, Some(name))
         }
     };
-    let mut config = agentry_local::LocalModelConfig::default()
-        .constrain_calls(constrain_calls)
-        .plan_calls(plan_calls)
-        .prefix_cache_dir(cache.root().join("prefixes"));
+    let mut config = config.prefix_cache_dir(cache.root().join("prefixes"));
     if let Some(name) = name {
         config = config.name(name);
     }
@@ -103,13 +104,18 @@ pub(crate) fn print_local_figures(local: &LocalFigures) {
     let stats = model.stats();
     let t = &stats.totals;
     eprintln!(
-        "local model: loaded in {:.1} s; {} generations; prompt {} tokens ({} from the cache) at {:.1} tok/s; \
+        "local model: loaded in {:.1} s; {} generations; prompt {} tokens, {} of them run at {:.1} tok/s; \
+         prompt cache: {} tokens hit ({:.0} %, {} of them from disk), about {:.1} s of reading saved; \
          generated {} tokens at {:.1} tok/s ({} chosen by the call constraint)",
         stats.load_time.as_secs_f64(),
         t.calls,
         t.prompt_tokens,
-        t.reused_tokens,
+        t.prompt_tokens.saturating_sub(t.reused_tokens),
         t.prompt_tokens_per_second(),
+        t.reused_tokens,
+        100.0 * t.cache_hit_rate(),
+        t.stored_tokens,
+        t.prompt_time_saved().as_secs_f64(),
         t.generated_tokens,
         t.generation_tokens_per_second(),
         t.corrected_tokens

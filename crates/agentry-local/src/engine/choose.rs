@@ -15,6 +15,7 @@ pub(crate) struct Chosen {
     pub(crate) text: String,
     pub(crate) prompt_tokens: usize,
     pub(crate) reused_tokens: usize,
+    pub(crate) stored_tokens: usize,
     pub(crate) generated_tokens: usize,
     pub(crate) time: std::time::Duration,
 }
@@ -50,6 +51,7 @@ impl Engine {
             text,
             prompt_tokens: read.tokens,
             reused_tokens: read.reused,
+            stored_tokens: read.stored,
             generated_tokens: generated,
             time: started.elapsed(),
         })
