@@ -445,14 +445,20 @@ impl TokenTexts {
             .unwrap_or(proposed))
     }
 
-    /// Whether `token` after `text` opens a call: Qwen's tag, or a JSON object or fence where
-    /// a call may begin.
+    /// Whether `token` after `text` opens a call: Qwen's tag, a JSON object or fence where
+    /// a call may begin, or a tag at the start of a line outside code (small models kept from
+    /// calling write `<tools>`, `<function ...>` or `</tool_response>` markup instead).
     fn opens_call(&mut self, tokenizer: &Tokenizer, token: u32, text: &str) -> bool {
         let piece = self.text(tokenizer, token);
         if piece.contains("<tool_call>") {
             return true;
         }
         let start = piece.trim_start();
+        if let Some(at) = piece.find('<')
+            && markup_may_start(text, &piece[..at])
+        {
+            return true;
+        }
         call_position(text).is_some() && (start.starts_with('{') || start.starts_with("```"))
     }
 
@@ -532,6 +538,14 @@ fn by_likelihood(logits: &Tensor) -> Result<Vec<u32>, LocalModelError> {
     Ok(order)
 }
 
+/// Whether a tag written after `text` and then `before` would open a line outside a code
+/// block: only blank space between it and the line's start, and every fence closed.
+fn markup_may_start(text: &str, before: &str) -> bool {
+    let line = format!("{}{before}", text.rsplit('\n').next().unwrap_or_default());
+    let line = line.rsplit('\n').next().unwrap_or_default();
+    line.trim().is_empty() && (text.matches("```").count() + before.matches("```").count()).is_multiple_of(2)
+}
+
 /// Appends the positions from `held` on of the chunks `found` in the store (the cache holds
 /// exactly `held` positions).
 fn extend_from_store(
@@ -576,6 +590,19 @@ mod tests {
     use super::*;
     use candle_core::quantized::{GgmlDType, QTensor};
     use gguf_file::Value as Meta;
+
+    #[test]
+    fn markup_is_refused_where_a_line_begins_outside_code() {
+        assert!(markup_may_start("", ""));
+        assert!(markup_may_start("Sure.\n", "  "));
+        assert!(markup_may_start("Sure.", "\n"));
+        assert!(!markup_may_start("Use a", " "), "a tag within a sentence is text");
+        assert!(
+            !markup_may_start("```html\n", ""),
+            "a tag in a code block is code"
+        );
+        assert!(markup_may_start("```html\n<p>hi</p>\n```\n", ""));
+    }
 
     /// A small GGUF file: `architecture`, and one 64×64 tensor.
     fn gguf(architecture: &str) -> Vec<u8> {

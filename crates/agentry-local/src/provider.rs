@@ -32,6 +32,13 @@ fn question_again(question: &str) -> Msg {
     ))
 }
 
+/// Said after a question the plan found no tool for, right where the model answers: told
+/// only that it may not call, a small model writes an imitation of the call it wanted (a
+/// fenced `{"name": "send_email", ...}`) instead of saying it cannot. Only in the prompt, never
+/// in memory.
+const NO_TOOL_NOTE: &str = "(No tool is needed for this, and no tool above can do it: answer in plain words \
+     yourself. If I asked for something to be done that none of the tools does, say that you cannot do it.)";
+
 /// What a forced call turn begins with: Qwen's call tag, so the call constraint holds from the
 /// first token.
 const CALL_PREFILL: &str = "<tool_call>\n";
@@ -340,8 +347,10 @@ impl LocalModel {
                 ("", shape, MOST_CALLS_PER_TURN)
             }
         };
-        if let Step::Answer(question) = &step {
-            messages.push(question_again(question));
+        match &step {
+            Step::Answer(question) => messages.push(question_again(question)),
+            Step::Direct => messages.push(Msg::user(NO_TOOL_NOTE)),
+            _ => {}
         }
         let outcome = engine.template.render(&messages, &tools).and_then(|prompt| {
             let mut shown = 0;

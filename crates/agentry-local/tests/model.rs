@@ -326,3 +326,38 @@ async fn a_question_in_two_parts_gets_both_tools_called_before_the_answer() {
     let text = reply.text().unwrap_or_default();
     assert!(!text.trim().is_empty(), "an answer follows the calls");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_no_tool_can_do_is_declined_in_words_not_imitated_as_a_call() {
+    // The default model: told only that it may not call, it wrote ```json {"name": "send_email", ...}.
+    let Some(path) = std::env::var_os("AGENTRY_TEST_DEFAULT_MODEL").map(PathBuf::from) else {
+        eprintln!("AGENTRY_TEST_DEFAULT_MODEL is not set: the real-model test is skipped");
+        return;
+    };
+    let model = Arc::new(LocalModel::load(&path, LocalModelConfig::default().max_tokens(96)).unwrap());
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = ReActAgent::builder()
+        .name("agentry")
+        .sys_prompt("You are a helpful assistant. Use a tool whenever it gives a more reliable answer than guessing.")
+        .model(Arc::clone(&model))
+        .toolkit(two_tools(&calls))
+        .max_iters(4)
+        .build()
+        .unwrap();
+
+    let reply = agent
+        .reply(Msg::user("Send an email to Dana telling her the launch is on track."))
+        .await
+        .unwrap();
+
+    assert!(calls.lock().unwrap().is_empty(), "no tool sends email");
+    let text = reply.text().unwrap_or_default().to_lowercase();
+    assert!(
+        ["can't", "cannot", "unable", "not able"].iter().any(|w| text.contains(w)),
+        "the answer says it cannot: {text:?}"
+    );
+    assert!(
+        !text.contains('{') && !text.contains('<') && !text.contains("```"),
+        "no imitation of a call: {text:?}"
+    );
+}

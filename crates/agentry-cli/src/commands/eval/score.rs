@@ -217,10 +217,45 @@ pub fn answer_ok(check: &AnswerCheck, answer: &str, today: &Today) -> bool {
         })
 }
 
+/// Small numbers as English words ("a spider has eight legs"); "one" is left out, being also a
+/// pronoun.
+const NUMBER_WORDS: [&str; 19] = [
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+];
+
 /// The numbers written in `text`: `-12`, `3.5`, `7,006,652` (commas between groups of three
 /// digits), `1 234` is two numbers. A `-` counts as a sign only where a word does not end
-/// (`ZX-88231` holds 88231).
+/// (`ZX-88231` holds 88231). Then the small numbers written as words (`eight`).
 pub fn numbers_in(text: &str) -> Vec<f64> {
+    let mut numbers = digit_numbers_in(text);
+    for word in text.split(|c: char| !c.is_alphabetic()) {
+        let word = word.to_lowercase();
+        if let Some(at) = NUMBER_WORDS.iter().position(|w| *w == word) {
+            numbers.push((at + 2) as f64);
+        }
+    }
+    numbers
+}
+
+fn digit_numbers_in(text: &str) -> Vec<f64> {
     let chars: Vec<char> = text.chars().collect();
     let mut numbers = Vec::new();
     let mut i = 0;
@@ -425,6 +460,8 @@ mod tests {
         );
         assert_eq!(numbers_in("价格是64250美元"), [64250.0]);
         assert!(numbers_in("no digits").is_empty());
+        assert_eq!(numbers_in("A spider has Eight legs, one says."), [8.0]);
+        assert_eq!(numbers_in("12 twelve"), [12.0, 12.0]);
     }
 
     #[test]
