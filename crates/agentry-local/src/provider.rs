@@ -457,7 +457,8 @@ impl LocalModel {
         totals.reused_tokens += chosen.reused_tokens;
         totals.stored_tokens += chosen.stored_tokens;
         totals.generated_tokens += chosen.generated_tokens;
-        totals.prompt_time += chosen.time;
+        totals.prompt_time += chosen.prompt_time;
+        totals.generation_time += chosen.generation_time;
     }
 
     fn record(&self, generated: &Generated) {

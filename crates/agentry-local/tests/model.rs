@@ -338,7 +338,9 @@ async fn a_request_no_tool_can_do_is_declined_in_words_not_imitated_as_a_call() 
     let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
     let agent = ReActAgent::builder()
         .name("agentry")
-        .sys_prompt("You are a helpful assistant. Use a tool whenever it gives a more reliable answer than guessing.")
+        .sys_prompt(
+            "You are a helpful assistant. Use a tool whenever it gives a more reliable answer than guessing.",
+        )
         .model(Arc::clone(&model))
         .toolkit(two_tools(&calls))
         .max_iters(4)
@@ -346,14 +348,18 @@ async fn a_request_no_tool_can_do_is_declined_in_words_not_imitated_as_a_call() 
         .unwrap();
 
     let reply = agent
-        .reply(Msg::user("Send an email to Dana telling her the launch is on track."))
+        .reply(Msg::user(
+            "Send an email to Dana telling her the launch is on track.",
+        ))
         .await
         .unwrap();
 
     assert!(calls.lock().unwrap().is_empty(), "no tool sends email");
     let text = reply.text().unwrap_or_default().to_lowercase();
     assert!(
-        ["can't", "cannot", "unable", "not able"].iter().any(|w| text.contains(w)),
+        ["can't", "cannot", "unable", "not able"]
+            .iter()
+            .any(|w| text.contains(w)),
         "the answer says it cannot: {text:?}"
     );
     assert!(

@@ -124,7 +124,7 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
     }
     let system = plan
         .system
-        .unwrap_or_else(|| default_system_prompt(&plan.workdir, &toolkit, &mcp));
+        .unwrap_or_else(|| default_system_prompt(&toolkit, &mcp));
     if plan.budget.max_cost.is_some() && plan.prices.price(model.model_name()).is_none() {
         eprintln!(
             "warning: --max-cost-per-reply needs the price of {:?} in the config's \"prices\"; without it only tokens are limited",
@@ -167,44 +167,40 @@ pub async fn agent_or_exit(args: &AgentArgs) -> Result<Setup, ExitCode> {
 }
 
 /// The system prompt when none is given: what the offered built-in tools do, and which MCP
-/// servers run.
-fn default_system_prompt(workdir: &std::path::Path, toolkit: &Toolkit, mcp: &McpServers) -> String {
+/// servers run. It names no path and puts what varies (the tools, the servers) last, so that
+/// a local model's saved prompt prefix serves every working directory, and its first part
+/// every tool set.
+fn default_system_prompt(toolkit: &Toolkit, mcp: &McpServers) -> String {
     let names = toolkit.tool_names();
     let has = |name: &str| names.iter().any(|n| n == name);
     let all_builtin = agentry_tools::BUILTIN_TOOL_NAMES.iter().all(|name| has(name));
-    let mut prompt = if all_builtin {
-        format!(
-            "You are Agentry, a helpful assistant in a terminal. You can tell the time, do exact arithmetic, and \
-             list, read, search and (with the user's approval) write files in the working directory {}. Use a \
-             tool whenever it gives a more reliable answer than guessing. Answer concisely.",
-            workdir.display()
-        )
+    let mut prompt =
+        "You are Agentry, a helpful assistant in a terminal. Use a tool whenever it gives a more \
+                      reliable answer than guessing. Answer concisely."
+            .to_owned();
+    if all_builtin {
+        prompt.push_str(
+            " You can tell the time, do exact arithmetic, and list, read, search and (with the user's \
+             approval) write files in the working directory.",
+        );
     } else {
         let mut can = Vec::new();
         if has("current_time") {
-            can.push("tell the time".to_owned());
+            can.push("tell the time");
         }
         if has("calculate") {
-            can.push("do exact arithmetic".to_owned());
+            can.push("do exact arithmetic");
         }
         if ["list_files", "read_file", "search_files", "write_file"]
             .iter()
             .any(|n| has(n))
         {
-            can.push(format!(
-                "work with files in the working directory {}",
-                workdir.display()
-            ));
+            can.push("work with files in the working directory");
         }
-        let mut prompt = "You are Agentry, a helpful assistant in a terminal.".to_owned();
         if !can.is_empty() {
             prompt.push_str(&format!(" You can {}.", can.join(", ")));
         }
-        prompt.push_str(
-            " Use a tool whenever it gives a more reliable answer than guessing. Answer concisely.",
-        );
-        prompt
-    };
+    }
     if !mcp.is_empty() {
         prompt.push_str(&format!(
             " You also have tools from MCP servers ({}); use them when they fit the task.",

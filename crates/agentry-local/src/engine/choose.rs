@@ -17,7 +17,10 @@ pub(crate) struct Chosen {
     pub(crate) reused_tokens: usize,
     pub(crate) stored_tokens: usize,
     pub(crate) generated_tokens: usize,
-    pub(crate) time: std::time::Duration,
+    /// Time to read the prompt tokens that were not cached.
+    pub(crate) prompt_time: std::time::Duration,
+    /// Time to generate the choice.
+    pub(crate) generation_time: std::time::Duration,
 }
 
 impl Engine {
@@ -31,6 +34,8 @@ impl Engine {
     ) -> Result<Chosen, LocalModelError> {
         let started = Instant::now();
         let read = self.read_prompt(prompt)?;
+        let prompt_time = started.elapsed();
+        let generating = Instant::now();
         let mut logits = read.logits;
         let mut state = CallState::InCall(Acceptor::new(shape.clone()));
         let mut text = String::new();
@@ -53,7 +58,8 @@ impl Engine {
             reused_tokens: read.reused,
             stored_tokens: read.stored,
             generated_tokens: generated,
-            time: started.elapsed(),
+            prompt_time,
+            generation_time: generating.elapsed(),
         })
     }
 }
