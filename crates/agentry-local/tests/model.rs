@@ -295,23 +295,32 @@ fn two_tools(calls: &Arc<std::sync::Mutex<Vec<String>>>) -> Toolkit {
     toolkit
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_question_in_two_parts_gets_both_tools_called_before_the_answer() {
-    // The default model: the 0.5B plans one part of two.
+/// An agent on the default model (`AGENTRY_TEST_DEFAULT_MODEL`) with [`two_tools`], and the
+/// names of the tools it calls; `None` when the model is not named.
+fn default_model_agent(system: &str) -> Option<(ReActAgent, Arc<std::sync::Mutex<Vec<String>>>)> {
     let Some(path) = std::env::var_os("AGENTRY_TEST_DEFAULT_MODEL").map(PathBuf::from) else {
         eprintln!("AGENTRY_TEST_DEFAULT_MODEL is not set: the real-model test is skipped");
-        return;
+        return None;
     };
     let model = Arc::new(LocalModel::load(&path, LocalModelConfig::default().max_tokens(96)).unwrap());
     let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
     let agent = ReActAgent::builder()
         .name("agentry")
-        .sys_prompt("You are a helpful assistant.")
-        .model(Arc::clone(&model))
+        .sys_prompt(system)
+        .model(model)
         .toolkit(two_tools(&calls))
         .max_iters(5)
         .build()
         .unwrap();
+    Some((agent, calls))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_in_two_parts_gets_both_tools_called_before_the_answer() {
+    // The default model: the 0.5B plans one part of two.
+    let Some((agent, calls)) = default_model_agent("You are a helpful assistant.") else {
+        return;
+    };
 
     let reply = agent
         .reply(Msg::user(
@@ -330,22 +339,11 @@ async fn a_question_in_two_parts_gets_both_tools_called_before_the_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_no_tool_can_do_is_declined_in_words_not_imitated_as_a_call() {
     // The default model: told only that it may not call, it wrote ```json {"name": "send_email", ...}.
-    let Some(path) = std::env::var_os("AGENTRY_TEST_DEFAULT_MODEL").map(PathBuf::from) else {
-        eprintln!("AGENTRY_TEST_DEFAULT_MODEL is not set: the real-model test is skipped");
+    let Some((agent, calls)) = default_model_agent(
+        "You are a helpful assistant. Use a tool whenever it gives a more reliable answer than guessing.",
+    ) else {
         return;
     };
-    let model = Arc::new(LocalModel::load(&path, LocalModelConfig::default().max_tokens(96)).unwrap());
-    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let agent = ReActAgent::builder()
-        .name("agentry")
-        .sys_prompt(
-            "You are a helpful assistant. Use a tool whenever it gives a more reliable answer than guessing.",
-        )
-        .model(Arc::clone(&model))
-        .toolkit(two_tools(&calls))
-        .max_iters(4)
-        .build()
-        .unwrap();
 
     let reply = agent
         .reply(Msg::user(
