@@ -119,27 +119,16 @@ async fn the_next_run_reads_the_prompt_prefix_from_disk_within_the_cache_size() 
     let Some(model) = test_model() else { return };
     let dir = tempfile::tempdir().unwrap();
     let run = || {
-        let cmd = command(
-            &[
-                "run".into(),
-                "--no-mcp".into(),
-                "--verbose".into(),
-                "--cache-size".into(),
-                "10MB".into(),
-                "--model-path".into(),
-                model.display().to_string(),
-                "--workdir".into(),
-                dir.path().display().to_string(),
-                "What is 2 + 2?".into(),
-            ],
+        run_in(
             dir.path(),
-        );
-        crate::common::output_within(cmd, std::time::Duration::from_secs(600))
+            &model,
+            &["--verbose", "--cache-size", "10MB"],
+            "What is 2 + 2?",
+        )
     };
     let prefixes = dir.path().join("models").join("prefixes");
 
-    let first = run().await;
-    let stderr = text(&first.stderr);
+    let (first, _, stderr) = run().await;
     assert!(first.status.success(), "{stderr}");
     assert_eq!(from_disk(&stderr), Some(0), "nothing saved yet: {stderr}");
     let saved: u64 = std::fs::read_dir(&prefixes)
@@ -148,8 +137,7 @@ async fn the_next_run_reads_the_prompt_prefix_from_disk_within_the_cache_size() 
         .sum();
     assert!(saved > 0 && saved <= 10_000_000, "saved {saved} bytes");
 
-    let second = run().await;
-    let stderr = text(&second.stderr);
+    let (second, _, stderr) = run().await;
     assert!(second.status.success(), "{stderr}");
     let read = from_disk(&stderr).unwrap_or_default();
     assert!(read >= 128, "the saved prefix is read back: {stderr}");
@@ -197,18 +185,27 @@ async fn the_readme_example_is_answered_in_full_by_the_default_model() {
 /// stdout and stderr.
 async fn run_on(model: &std::path::Path, prompt: &str) -> (std::process::Output, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let cmd = command(
-        &[
-            "run".into(),
-            "--no-mcp".into(),
-            "--model-path".into(),
-            model.display().to_string(),
-            "--workdir".into(),
-            dir.path().display().to_string(),
-            prompt.into(),
-        ],
-        dir.path(),
-    );
+    run_in(dir.path(), model, &[], prompt).await
+}
+
+/// `agentry run --no-mcp FLAGS PROMPT` on the model file, with `dir` as the working directory
+/// and home (its model cache under `dir/models`).
+async fn run_in(
+    dir: &std::path::Path,
+    model: &std::path::Path,
+    flags: &[&str],
+    prompt: &str,
+) -> (std::process::Output, String, String) {
+    let mut args: Vec<String> = vec!["run".into(), "--no-mcp".into()];
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args.extend([
+        "--model-path".into(),
+        model.display().to_string(),
+        "--workdir".into(),
+        dir.display().to_string(),
+        prompt.into(),
+    ]);
+    let cmd = command(&args, dir);
     let out = crate::common::output_within(cmd, std::time::Duration::from_secs(900)).await;
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     (out, stdout, stderr)

@@ -365,6 +365,7 @@ impl Engine {
             .take_while(|(a, b)| a == b)
             .count()
             .min(tokens.len() - 1);
+        truncate(&mut self.model, &mut self.seen, common)?;
         // The system block may be on disk, whole or in part, from an earlier process.
         let mut stored = 0;
         let mut save_from = None;
@@ -373,7 +374,6 @@ impl Engine {
         {
             let found = store.find(&tokens[..block], common);
             if found.len > common {
-                truncate(&mut self.model, &mut self.seen, common)?;
                 match extend_from_store(&mut self.model, &found, common) {
                     Ok(()) => {
                         self.seen.extend_from_slice(&tokens[common..found.len]);
@@ -390,7 +390,6 @@ impl Engine {
                 save_from = Some((block, found.saved));
             }
         }
-        truncate(&mut self.model, &mut self.seen, common)?;
         let logits = run(&mut self.model, &mut self.seen, &tokens[common..])?;
         if let (Some((block, from)), Some(store)) = (save_from, &self.prefix_store) {
             let model = &self.model;

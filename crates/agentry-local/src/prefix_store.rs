@@ -237,7 +237,8 @@ impl PrefixStore {
         from: usize,
         mut keys_and_values: impl FnMut(usize, usize) -> Result<Vec<(String, Tensor)>, E>,
     ) {
-        for name in self.chunks(block).into_iter().filter(|c| c.start >= from) {
+        let chunks = self.chunks(block);
+        for name in chunks.iter().filter(|c| c.start >= from) {
             let tensors = match keys_and_values(name.start, name.end) {
                 Ok(tensors) => tensors,
                 Err(e) => {
@@ -245,17 +246,13 @@ impl PrefixStore {
                     return;
                 }
             };
-            if let Err(e) = self.write_chunk(&name, &block[name.start..name.end], tensors) {
+            if let Err(e) = self.write_chunk(name, &block[name.start..name.end], tensors) {
                 tracing::debug!("cannot save the prompt prefix cache: {e}");
                 return;
             }
         }
         // The whole block counts as used at one instant, its earlier chunks with it.
-        let paths: Vec<PathBuf> = self
-            .chunks(block)
-            .iter()
-            .map(|c| self.dir.join(c.file_name()))
-            .collect();
+        let paths: Vec<PathBuf> = chunks.iter().map(|c| self.dir.join(c.file_name())).collect();
         touch(&paths);
         self.prune();
     }

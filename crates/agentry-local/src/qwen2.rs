@@ -254,8 +254,14 @@ impl Qwen2 {
             };
             parts.push((get(format!("k{i}"))?, get(format!("v{i}"))?));
         }
-        for (layer, (k, v)) in self.layers.iter_mut().zip(parts) {
-            layer.cache.append(&k, &v)?;
+        for (i, (k, v)) in parts.iter().enumerate() {
+            if let Err(e) = self.layers[i].cache.append(k, v) {
+                // Every layer back to the same length: `truncate` trusts `cached`.
+                for layer in &mut self.layers[..i] {
+                    layer.cache.truncate(self.cached);
+                }
+                return Err(e);
+            }
         }
         self.cached += take;
         Ok(())
