@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use agentry::agent::ReActAgentBuilder;
 
-use crate::{CallRecorder, SessionMemory, StoreError};
+use crate::{CallRecorder, SessionMemory, SessionPlanStorage, StoreError};
 
 /// The name under which [`SessionMemory::attach`] registers its [`CallRecorder`].
 pub const SESSION_HOOK: &str = "session-calls";
@@ -15,6 +15,10 @@ impl SessionMemory {
     /// traces' conversation id, the grants kept in it (A14) are the agent's again, and a
     /// [`CallRecorder`] (under [`SESSION_HOOK`]) keeps its calls, approval questions and
     /// decisions, new grants and each reply's token use in the session as they happen.
+    ///
+    /// A plan notebook given to the builder
+    /// ([`plan_notebook`](agentry::agent::ReActAgentBuilder::plan_notebook)) is bound to the
+    /// session ([`SessionPlanStorage`]): it continues the session's plans and keeps every change.
     ///
     /// Register hooks that rewrite calls before attaching, so the recorder sees the arguments
     /// as they run.
@@ -35,6 +39,15 @@ impl SessionMemory {
         builder: ReActAgentBuilder,
     ) -> Result<ReActAgentBuilder, StoreError> {
         let grants = self.store().grants(&self.session().id).await?;
+        if let Some(notebook) = builder.plan() {
+            notebook
+                .bind(Arc::new(SessionPlanStorage::new(Arc::clone(self))))
+                .await
+                .map_err(|e| StoreError::Decode {
+                    what: "the session's plans",
+                    detail: e.0,
+                })?;
+        }
         Ok(builder
             .memory(Arc::clone(self))
             .conversation_id(self.session().id.as_str())

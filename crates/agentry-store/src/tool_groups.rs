@@ -9,6 +9,7 @@ use agentry::tool::{META_TOOL_NAME, ToolCallState, Toolkit};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use crate::session_config::{config_value, set_config_value};
 use crate::{SessionMemory, StoreError};
 
 /// The key of the session's configuration that holds each group's state (name → active).
@@ -17,50 +18,24 @@ pub const TOOL_GROUPS_KEY: &str = "tool_groups";
 /// Writes the state of `toolkit`'s groups into `memory`'s session configuration (nothing when
 /// it is already there).
 pub async fn save_tool_groups(toolkit: &Toolkit, memory: &SessionMemory) -> Result<(), StoreError> {
-    let store = memory.store();
-    let id = &memory.session().id;
-    let mut config = match store.session(id).await? {
-        Some(info) => info.config,
-        None => return Err(StoreError::SessionNotFound(id.to_string())),
-    };
     let groups: Map<String, Value> = toolkit
         .groups()
         .into_iter()
         .map(|g| (g.name, Value::Bool(g.active)))
         .collect();
-    let groups = Value::Object(groups);
-    if config.get(TOOL_GROUPS_KEY) == Some(&groups) {
-        return Ok(());
-    }
-    match &mut config {
-        Value::Object(map) => {
-            map.insert(TOOL_GROUPS_KEY.to_owned(), groups);
-        }
-        // A configuration that is not an object is kept, under `agent`.
-        other => {
-            let mut map = Map::new();
-            map.insert("agent".to_owned(), other.take());
-            map.insert(TOOL_GROUPS_KEY.to_owned(), groups);
-            *other = Value::Object(map);
-        }
-    }
-    store.set_config(memory.lease(), &config).await
+    set_config_value(memory, TOOL_GROUPS_KEY, Value::Object(groups)).await
 }
 
 /// Activates and deactivates `toolkit`'s groups as `memory`'s session keeps them; returns how
 /// many groups were set. Groups the toolkit no longer has are left out; groups the session
 /// never saw keep their state.
 pub async fn restore_tool_groups(toolkit: &Toolkit, memory: &SessionMemory) -> Result<usize, StoreError> {
-    let id = &memory.session().id;
-    let Some(info) = memory.store().session(id).await? else {
-        return Err(StoreError::SessionNotFound(id.to_string()));
-    };
-    let Some(Value::Object(saved)) = info.config.get(TOOL_GROUPS_KEY) else {
+    let Some(Value::Object(saved)) = config_value(memory, TOOL_GROUPS_KEY).await? else {
         return Ok(0);
     };
     let known: Vec<String> = toolkit.groups().into_iter().map(|g| g.name).collect();
     let mut set = 0;
-    for (name, active) in saved {
+    for (name, active) in &saved {
         if let (true, Some(active)) = (known.contains(name), active.as_bool())
             && toolkit.set_groups_active(&[name.as_str()], active).is_ok()
         {

@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod memory;
 pub mod message;
 pub mod model;
+pub mod plan;
 pub mod protocol;
 pub mod tool;
 mod trace_context;

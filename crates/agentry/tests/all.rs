@@ -16,5 +16,6 @@ mod mcp;
 mod mcp_cancel;
 mod openai;
 mod permissions;
+mod plan;
 mod tool_shim;
 mod toolkit;

@@ -413,6 +413,7 @@ impl ReplyCx<'_> {
             user_action,
             self.inner.config.settings.cancel_grace,
             self.inner.config.settings.on_cancel_budget,
+            self.inner.config.extensions.clone(),
         );
         let mut chunks = self.inner.config.toolkit.run(prepared, call, ctx);
         let started = tokio::time::Instant::now();

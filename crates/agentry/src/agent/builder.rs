@@ -11,8 +11,9 @@ use super::{AgentConfig, AgentError, AgentHook, AgentInner, ReActAgent, SessionS
 use crate::memory::{InMemoryMemory, Memory};
 use crate::message::Msg;
 use crate::model::ChatModel;
+use crate::plan::{PlanNotebook, register_plan_tools};
 use crate::tool::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET};
-use crate::tool::{PermissionRules, Toolkit};
+use crate::tool::{Extensions, PermissionRules, Toolkit};
 use crate::usage::{PriceTable, ReplyBudget};
 
 /// Builder of a [`ReActAgent`]; only the model is required.
@@ -43,6 +44,8 @@ pub struct ReActAgentBuilder {
     budget: ReplyBudget,
     grants: HashMap<String, super::SessionGrant>,
     permissions: PermissionRules,
+    extensions: Extensions,
+    plan: Option<PlanNotebook>,
 }
 
 /// How many `on_cancel` callbacks may run at once per agent by default.
@@ -242,6 +245,31 @@ impl ReActAgentBuilder {
         self
     }
 
+    /// A value the agent's tools can read ([`ToolContext::extension`](crate::tool::ToolContext::extension)),
+    /// one per type: how a tool registered once in a shared toolkit finds the state of the agent
+    /// calling it.
+    pub fn extension<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
+    /// Gives the agent a plan notebook: the eight plan tools
+    /// ([`PLAN_TOOL_NAMES`](crate::plan::PLAN_TOOL_NAMES), in the group
+    /// [`PLAN_GROUP`](crate::plan::PLAN_GROUP) when the meta tool is on) and, before every
+    /// reasoning step, the plan's hint as a `<system-hint>` user message that is sent but never
+    /// stored. See [`plan`](crate::plan).
+    pub fn plan_notebook(mut self, notebook: PlanNotebook) -> Self {
+        self.extensions.insert(notebook.clone());
+        self.plan = Some(notebook);
+        self
+    }
+
+    /// The plan notebook given with [`Self::plan_notebook`], for whoever binds it to storage
+    /// (`agentry-store` binds it to the session it attaches).
+    pub fn plan(&self) -> Option<&PlanNotebook> {
+        self.plan.as_ref()
+    }
+
     /// Builds the agent.
     pub fn build(self) -> Result<ReActAgent, AgentError> {
         let model = self
@@ -252,6 +280,10 @@ impl ReActAgentBuilder {
             toolkit
                 .enable_meta_tool()
                 .map_err(|e| AgentError::Config(format!("cannot enable the meta tool: {e}")))?;
+        }
+        if self.plan.is_some() {
+            register_plan_tools(&toolkit, self.enable_meta_tool)
+                .map_err(|e| AgentError::Config(format!("cannot add the plan tools: {e}")))?;
         }
         let name = self.name.unwrap_or_else(|| "assistant".to_owned());
         let answer_repeated_calls = self
@@ -275,6 +307,8 @@ impl ReActAgentBuilder {
                     tool_shim: !self.no_tool_shim,
                     prices: self.prices,
                     budget: self.budget,
+                    extensions: self.extensions,
+                    plan: self.plan,
                     trace: super::trace::TraceSettings {
                         content: self.trace_content.unwrap_or_else(super::trace::content_from_env),
                         conversation_id: self.conversation_id,

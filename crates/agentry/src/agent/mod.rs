@@ -159,6 +159,10 @@ pub(crate) struct AgentConfig {
     pub(crate) prices: crate::usage::PriceTable,
     /// Limits on each reply.
     pub(crate) budget: crate::usage::ReplyBudget,
+    /// What the agent's tools can read of it.
+    pub(crate) extensions: crate::tool::Extensions,
+    /// The plan notebook whose hint precedes each reasoning step.
+    pub(crate) plan: Option<crate::plan::PlanNotebook>,
 }
 
 /// What the agent's replies share and leave behind for the next one.

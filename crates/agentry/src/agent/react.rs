@@ -61,6 +61,8 @@ pub(crate) struct ReplyCx<'a> {
     pub(super) repeated: RepeatedCalls,
     /// The reply's `invoke_agent` span, the parent of its `chat` and `execute_tool` spans.
     pub(super) agent_span: trace::ReplySpan,
+    /// The plan notebook's revision last announced.
+    plan_revision: u64,
 }
 
 /// What starts a reply.
@@ -120,6 +122,7 @@ impl<'a> ReplyCx<'a> {
             call_ids: HashSet::new(),
             repeated: RepeatedCalls::default(),
             agent_span,
+            plan_revision: inner.config.plan.as_ref().map_or(0, |plan| plan.revision()),
         };
         let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
         let outcome = cx.reply(incoming, structured.as_ref()).instrument(span).await;
@@ -193,7 +196,9 @@ impl<'a> ReplyCx<'a> {
             let reasoning = self.reasoning(tool_choice.clone(), structured).await?;
             let calls: Vec<_> = reasoning.tool_uses().cloned().collect();
             let called_tools = !calls.is_empty();
-            if let Some(output) = self.acting(calls, structured).await? {
+            let acted = self.acting(calls, structured).await;
+            self.announce_plan_change().await;
+            if let Some(output) = acted? {
                 structured_output = Some(output);
             }
             if self.active.is_cancelled() {
@@ -322,6 +327,12 @@ impl<'a> ReplyCx<'a> {
                 tools.into()
             }
         };
+        if let Some(plan) = &self.inner.config.plan {
+            // First among this request's hints; like them, it is sent and never stored.
+            let hint = format!("<system-hint>{}</system-hint>", plan.hint().await);
+            self.pending_hints
+                .insert(0, Msg::new("system", Role::User, vec![ContentBlock::text(hint)]));
+        }
         let request = ChatRequest {
             messages: self.prompt(None).await?,
             tools,
@@ -461,6 +472,24 @@ impl<'a> ReplyCx<'a> {
             printed,
             recovered,
         })
+    }
+
+    /// Emits `PlanChanged` when the plan changed since it was last announced.
+    async fn announce_plan_change(&mut self) {
+        let Some(plan) = &self.inner.config.plan else {
+            return;
+        };
+        let revision = plan.revision();
+        if revision == self.plan_revision {
+            return;
+        }
+        self.plan_revision = revision;
+        let current = plan.current().await;
+        let reply_id = self.active.reply_id.clone();
+        self.emit_with(|| AgentEvent::PlanChanged {
+            reply_id,
+            plan: current,
+        });
     }
 
     pub(super) fn wants_events(&self) -> bool {

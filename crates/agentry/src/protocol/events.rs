@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ApprovalDecision, ApprovalRequest, CancelReason, ChatUsage, DecisionSource, ToolCallState};
+use super::{
+    ApprovalDecision, ApprovalRequest, CancelReason, ChatUsage, DecisionSource, Plan, ToolCallState,
+};
 use crate::message::Msg;
 use crate::{CallId, ReplyId};
 
@@ -142,6 +144,16 @@ pub enum AgentEvent {
         /// approval never counts.
         #[serde(rename = "duration_ms", with = "crate::protocol::duration_ms")]
         duration: Duration,
+    },
+    /// The plan notebook changed: a plan tool created, revised, advanced, finished or recovered
+    /// a plan ([`PlanNotebook`](crate::plan::PlanNotebook)). The change is saved (with the
+    /// session, when the notebook is bound to one) before this is sent. Comes after the
+    /// `ToolFinished` of the call that made it.
+    PlanChanged {
+        /// The reply during which it changed.
+        reply_id: ReplyId,
+        /// The current plan, `None` when there is none (it was finished).
+        plan: Option<Plan>,
     },
     /// The reply is over: everything of it is in memory (including the interrupted note of a
     /// cancelled reply, R5), and a new reply may start.

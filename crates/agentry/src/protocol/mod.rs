@@ -32,11 +32,13 @@
 mod approval;
 mod calls;
 mod events;
+mod plan;
 mod usage;
 
 pub use approval::{ApprovalDecision, ApprovalRequest, DecisionSource};
 pub use calls::{CancelCause, CancelOutcome, CancelPhase, CancelReason, ToolCallState};
 pub use events::{AgentEvent, CancelTarget, StopReason};
+pub use plan::{Plan, PlanState, SubTask, SubTaskState, subtask_line};
 pub use usage::ChatUsage;
 
 /// The version of the JSON shapes of this module's types.

@@ -8,6 +8,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::approval::UserAction;
 use super::call::CallRecord;
+use super::extensions::Extensions;
 use crate::model::ChatUsage;
 
 /// Receives `report()` progress: call id, report id, message.
@@ -53,6 +54,7 @@ struct Inner {
     // Read by the MCP tools only.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     on_cancel_budget: Duration,
+    extensions: Extensions,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -79,7 +81,31 @@ impl ToolContext {
             None,
             DEFAULT_CANCEL_GRACE,
             DEFAULT_ON_CANCEL_BUDGET,
+            Extensions::default(),
         )
+    }
+
+    /// This context with the agent's `extensions` (for a call run outside an agent that needs
+    /// them, such as a plan tool in a test).
+    pub fn with_extensions(self, extensions: Extensions) -> Self {
+        let inner = &self.inner;
+        ToolContext {
+            inner: Arc::new(Inner {
+                record: Arc::clone(&inner.record),
+                progress: inner.progress.clone(),
+                usage: inner.usage.clone(),
+                user_action: inner.user_action,
+                cancel_grace: inner.cancel_grace,
+                on_cancel_budget: inner.on_cancel_budget,
+                extensions,
+            }),
+        }
+    }
+
+    /// The calling agent's value of type `T` ([`ReActAgentBuilder::extension`](crate::agent::ReActAgentBuilder::extension)),
+    /// such as its [`PlanNotebook`](crate::plan::PlanNotebook).
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.inner.extensions.get::<T>()
     }
 
     pub(crate) fn for_record(
@@ -89,6 +115,7 @@ impl ToolContext {
         user_action: Option<UserAction>,
         cancel_grace: Duration,
         on_cancel_budget: Duration,
+        extensions: Extensions,
     ) -> Self {
         ToolContext {
             inner: Arc::new(Inner {
@@ -98,6 +125,7 @@ impl ToolContext {
                 user_action,
                 cancel_grace,
                 on_cancel_budget,
+                extensions,
             }),
         }
     }

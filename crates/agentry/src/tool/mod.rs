@@ -32,6 +32,7 @@
 mod approval;
 mod call;
 mod context;
+mod extensions;
 mod function;
 mod meta;
 mod options;
@@ -54,6 +55,7 @@ pub use call::{
 pub(crate) use call::{CallRecord, CancelCommit, OnCancel};
 pub use context::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET, ToolContext};
 pub(crate) use context::{ProgressFn, UsageFn};
+pub use extensions::Extensions;
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
 pub use options::{BASIC_GROUP, NamesakeStrategy, Postprocess, ToolGroup, ToolOptions, ToolkitError};

@@ -1,0 +1,167 @@
+//! The plan notebook kept with the session: a session continued by a new process (a new
+//! `SessionMemory`, a new notebook) resumes its plan where it was, not at subtask 0.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use agentry::ReActAgent;
+use agentry::message::{ContentBlock, Msg, ToolUseBlock};
+use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
+use agentry::plan::{PlanNotebook, SubTaskState};
+use agentry_store::{PLANS_KEY, SessionMemory, StoreError};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::common::{db, open};
+
+/// Answers each request with the next scripted content.
+#[derive(Clone, Default)]
+struct Replies {
+    queue: Arc<Mutex<VecDeque<Vec<ContentBlock>>>>,
+    requests: Arc<Mutex<Vec<Vec<Msg>>>>,
+}
+
+impl Replies {
+    fn call(self, id: &str, name: &str, input: Value) -> Self {
+        self.queue
+            .lock()
+            .unwrap()
+            .push_back(vec![ContentBlock::ToolUse(ToolUseBlock {
+                id: id.into(),
+                name: name.into(),
+                input,
+                raw_input: None,
+            })]);
+        self
+    }
+
+    fn text(self, text: &str) -> Self {
+        self.queue
+            .lock()
+            .unwrap()
+            .push_back(vec![ContentBlock::text(text)]);
+        self
+    }
+}
+
+impl ChatModel for Replies {
+    fn model_name(&self) -> &str {
+        "replies"
+    }
+
+    fn is_streaming(&self) -> bool {
+        false
+    }
+
+    fn chat(&self, request: ChatRequest) -> ChatStream {
+        self.requests.lock().unwrap().push(request.messages);
+        let content = self.queue.lock().unwrap().pop_front().unwrap_or_default();
+        let response = ChatResponse {
+            content,
+            ..ChatResponse::default()
+        };
+        futures::stream::once(async move { Ok(response) }).boxed()
+    }
+}
+
+async fn planned_agent(memory: &Arc<SessionMemory>, model: Replies) -> (ReActAgent, PlanNotebook) {
+    let notebook = PlanNotebook::new();
+    let builder = ReActAgent::builder()
+        .name("bot")
+        .model(model)
+        .plan_notebook(notebook.clone());
+    (memory.attach(builder).await.unwrap().build().unwrap(), notebook)
+}
+
+#[tokio::test]
+async fn a_continued_session_resumes_its_plan_at_the_subtask_it_had_reached() {
+    let (_dir, path) = db();
+    {
+        let memory = Arc::new(
+            SessionMemory::open_or_create(open(&path), "work", &json!({"agent": "t"}))
+                .await
+                .unwrap(),
+        );
+        let model = Replies::default()
+            .call(
+                "c1",
+                "create_plan",
+                json!({"name": "trip", "description": "plan a trip", "expected_outcome": "a plan",
+                "subtasks": [
+                    {"name": "dates", "description": "choose dates", "expected_outcome": "dates"},
+                    {"name": "hotel", "description": "book a hotel", "expected_outcome": "booking"},
+                    {"name": "train", "description": "book a train", "expected_outcome": "tickets"}
+                ]}),
+            )
+            .call(
+                "c2",
+                "update_subtask_state",
+                json!({"subtask_idx": 0, "state": "in_progress"}),
+            )
+            .call(
+                "c3",
+                "finish_subtask",
+                json!({"subtask_idx": 0, "subtask_outcome": "May 3-9"}),
+            )
+            .text("Dates chosen.");
+        let (agent, _) = planned_agent(&memory, model).await;
+        agent.reply(Msg::user("Plan my trip.")).await.unwrap();
+    }
+    // A new process: a new memory on the same file, a new empty notebook.
+    let memory = Arc::new(
+        SessionMemory::open_or_create(open(&path), "work", &json!({}))
+            .await
+            .unwrap(),
+    );
+    let model = Replies::default().text("Booking the hotel.");
+    let (agent, notebook) = planned_agent(&memory, model.clone()).await;
+    let plan = notebook.current().await.expect("the plan came back");
+    let states: Vec<SubTaskState> = plan.subtasks.iter().map(|s| s.state).collect();
+    assert_eq!(
+        states,
+        [SubTaskState::Done, SubTaskState::InProgress, SubTaskState::Todo]
+    );
+    assert_eq!(plan.subtasks[0].outcome.as_deref(), Some("May 3-9"));
+    agent.reply(Msg::user("Go on.")).await.unwrap();
+    let requests = model.requests.lock().unwrap().clone();
+    let hint = requests[0].last().unwrap().text().unwrap_or_default();
+    assert!(hint.contains("working on subtask 1"), "{hint}");
+    // The session's other settings are kept beside the plans.
+    let info = memory
+        .store()
+        .session(&memory.session().id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.config["agent"], "t");
+    assert!(info.config[PLANS_KEY]["current"].is_object());
+}
+
+#[tokio::test]
+async fn unreadable_stored_plans_stop_the_attach_rather_than_be_overwritten() {
+    let (_dir, path) = db();
+    let memory = Arc::new(
+        SessionMemory::open_or_create(
+            open(&path),
+            "work",
+            &json!({PLANS_KEY: {"current": "not a plan"}}),
+        )
+        .await
+        .unwrap(),
+    );
+    let builder = ReActAgent::builder()
+        .name("bot")
+        .model(Replies::default())
+        .plan_notebook(PlanNotebook::new());
+    let Err(error) = memory.attach(builder).await else {
+        panic!("the attach went through")
+    };
+    assert!(matches!(error, StoreError::Decode { .. }), "{error}");
+    let info = memory
+        .store()
+        .session(&memory.session().id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.config[PLANS_KEY]["current"], "not a plan");
+}
