@@ -307,6 +307,8 @@ pub struct ConfigFile {
     pub permissions: PermissionsConfig,
     /// The only tools offered to the model (`--tools`).
     pub tools: Option<Vec<String>>,
+    /// Give the agent a plan notebook (`--plan`).
+    pub plan: Option<bool>,
     /// Local model: the most bytes of saved prompt prefixes (`--cache-size`): a number of
     /// bytes or a size with a unit, like the flag.
     #[serde(default, deserialize_with = "size_field")]

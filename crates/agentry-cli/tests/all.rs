@@ -11,6 +11,7 @@ mod interactive;
 mod local_model;
 mod mcp;
 mod permissions;
+mod plan;
 mod run;
 mod scripts;
 mod serve;

@@ -86,6 +86,11 @@ pub struct SessionDetail {
     pub pending_approvals: Vec<PendingApproval>,
     /// The id of the session's last event (0 before any): stream events after it.
     pub last_event_id: u64,
+    /// The session's current plan (with `--plan`), as `plan_changed` events carry it; absent
+    /// when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub plan: Option<serde_json::Value>,
 }
 
 /// `POST /v1/sessions/{id}/messages`.

@@ -145,6 +145,12 @@ pub async fn show_session(
         calls: state.store.calls(&id).await?,
         pending_approvals: state.store.pending_approvals(&id).await?,
         last_event_id,
+        plan: info
+            .config
+            .get(agentry_store::PLANS_KEY)
+            .and_then(|plans| plans.get("current"))
+            .filter(|plan| plan.is_object())
+            .cloned(),
     }))
 }
 

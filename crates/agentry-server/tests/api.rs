@@ -424,3 +424,59 @@ async fn a_session_name_with_a_control_character_at_its_end_is_refused() {
         .await;
     assert_eq!((status, &error["error"]["code"]), (400, &json!("empty_message")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_streams_as_plan_changed_events_and_is_part_of_the_session() {
+    let server = Harness::start_planned().await;
+    let id = server.session("planned").await;
+    let create = json!({
+        "name": "move", "description": "move house", "expected_outcome": "moved",
+        "subtasks": [
+            {"name": "pack", "description": "pack boxes", "expected_outcome": "boxes"},
+            {"name": "drive", "description": "drive the van", "expected_outcome": "arrived"}
+        ]
+    });
+    server.fake.push(Reply::tool_calls([Call::new(
+        "c1",
+        "create_plan",
+        create.to_string(),
+    )]));
+    server.fake.push(Reply::tool_calls([Call::new(
+        "c2",
+        "update_subtask_state",
+        r#"{"subtask_idx": 0, "state": "in_progress"}"#,
+    )]));
+    server.fake.push(Reply::text("Packing."));
+    let mut events = server.events(&id, None).await;
+    server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"text": "help me move"}),
+        )
+        .await;
+    let seen = events.reply().await;
+    let plans: Vec<&serde_json::Value> = seen
+        .iter()
+        .filter(|e| e.agent_type() == "plan_changed")
+        .map(|e| &e.data["plan"])
+        .collect();
+    assert_eq!(plans.len(), 2, "{seen:?}");
+    assert_eq!(plans[0]["subtasks"][0]["state"], "todo");
+    assert_eq!(plans[1]["subtasks"][0]["state"], "in_progress");
+    let (_, shown) = server.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(shown["plan"]["name"], "move");
+    assert_eq!(shown["plan"]["subtasks"][0]["state"], "in_progress");
+    // The hint went to the model and is not part of the session.
+    let last = server.fake.requests()[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap();
+    assert!(
+        last["content"].as_str().unwrap().contains("working on subtask 0"),
+        "{last}"
+    );
+    assert!(!shown["messages"].to_string().contains("system-hint"));
+    server.fake.assert_no_violations();
+}

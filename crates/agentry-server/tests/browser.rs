@@ -80,3 +80,48 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
     assert!(shots.join("mid-cancel.png").exists());
     fake.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_plan_as_it_changes_and_after_a_reload() {
+    let chromium = chromium();
+    let playwright = npm_package("playwright-core");
+    let server = Harness::start_planned().await;
+    let fake = &server.fake;
+    let create = serde_json::json!({
+        "name": "move", "description": "move house", "expected_outcome": "moved",
+        "subtasks": [
+            {"name": "pack", "description": "pack boxes", "expected_outcome": "boxes"},
+            {"name": "drive <img src=x onerror=\"window.__agentryInjected()\">", "description": "drive the van", "expected_outcome": "arrived"}
+        ]
+    });
+    fake.push(Reply::tool_calls([Call::new(
+        "c1",
+        "create_plan",
+        create.to_string(),
+    )]));
+    fake.push(Reply::tool_calls([Call::new(
+        "c2",
+        "update_subtask_state",
+        r#"{"subtask_idx": 0, "state": "in_progress"}"#,
+    )]));
+    fake.push(Reply::text("Packing."));
+    fake.push(Reply::tool_calls([Call::new(
+        "c3",
+        "finish_subtask",
+        r#"{"subtask_idx": 0, "subtask_outcome": "twelve boxes"}"#,
+    )]));
+    fake.push(Reply::text("Driving next."));
+
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/browser-shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/plan.mjs");
+    let mut node = tokio::process::Command::new("node");
+    node.arg(&script)
+        .env("AGENTRY_URL", &server.base)
+        .env("PLAYWRIGHT_CORE", &playwright)
+        .env("CHROMIUM", &chromium)
+        .env("SHOTS", &shots);
+    let said = crate::common::run_peer(node, Duration::from_secs(120)).await;
+    assert!(said.contains("ok"), "{said}");
+    fake.assert_no_violations();
+}

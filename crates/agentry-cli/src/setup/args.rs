@@ -75,6 +75,11 @@ pub struct AgentArgs {
     /// repeatable; also "permissions": {"deny": [...]} in the config
     #[arg(long = "deny", value_name = "TOOL[:PATTERN]")]
     pub deny: Vec<String>,
+    /// Give the agent a plan notebook: tools to break a complex task into subtasks and work
+    /// through them, a reminder of the plan before each step, and (with --session) the plan kept
+    /// with the session (config: "plan": true)
+    #[arg(long)]
+    pub plan: bool,
     /// Continue the conversation kept under this name, or start it: every message and tool
     /// call is stored (see `agentry sessions`) and survives a crash
     #[arg(long, value_name = "NAME")]

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use agentry::agent::{ReActAgent, ReActAgentBuilder};
 use agentry::model::ModelError;
+use agentry::plan::{PlanNotebook, register_plan_tools};
 use agentry::tool::Toolkit;
 use agentry_store::SessionMemory;
 use agentry_tools::register_builtin_tools;
@@ -133,9 +134,19 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
     }
     let (prices, budget, permissions) = (plan.prices, plan.budget, plan.permissions);
     let (max_iters, parallel, shim) = (plan.max_iters, plan.parallel, plan.tool_shim);
+    let plan_notebook = plan.plan_notebook;
+    if plan_notebook {
+        // Once, in the shared toolkit: each agent's calls reach its own notebook.
+        register_plan_tools(&toolkit, false)?;
+    }
     let tools = toolkit.clone();
     let builder = move || {
-        ReActAgent::builder()
+        let builder = ReActAgent::builder();
+        let builder = match plan_notebook {
+            true => builder.plan_notebook(PlanNotebook::new()),
+            false => builder,
+        };
+        builder
             .name("agentry")
             .sys_prompt(system.clone())
             .model(Arc::clone(&model))

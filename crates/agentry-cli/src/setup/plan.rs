@@ -42,6 +42,8 @@ pub struct AgentPlan {
     pub prices: PriceTable,
     /// The permission rules (`--allow`, `--deny`, `"permissions"`).
     pub permissions: PermissionRules,
+    /// The agent has a plan notebook (`--plan`).
+    pub plan_notebook: bool,
     /// The session continued (`--session`), if any.
     pub session: Option<SessionPlan>,
     /// The config file, for what the command reads besides (script tools' settings).
@@ -97,6 +99,7 @@ impl AgentPlan {
             },
             prices: file.prices.clone(),
             permissions: permission_rules(args, &file)?,
+            plan_notebook: args.plan || file.plan.unwrap_or(false),
             session: args.session.as_ref().map(|name| SessionPlan {
                 name: name.clone(),
                 store: args.store.clone(),

@@ -7,6 +7,7 @@ pub mod input;
 pub mod ledger;
 pub mod live;
 pub mod output;
+pub mod plan_view;
 pub mod render;
 pub mod sanitize;
 

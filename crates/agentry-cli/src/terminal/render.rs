@@ -230,6 +230,17 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 }
                 Ok(())
             }
+            AgentEvent::PlanChanged { plan, .. } => {
+                self.end_line()?;
+                let lines = super::plan_view::plan_lines(plan.as_ref());
+                let style = self.style;
+                self.emit(|_, err| {
+                    for line in &lines {
+                        writeln!(err, "{}", style.cyan(line))?;
+                    }
+                    err.flush()
+                })
+            }
             AgentEvent::ReplyFinished { stop_reason, .. } => {
                 if let Some(live) = &mut self.live {
                     live.clear();

@@ -86,6 +86,7 @@ async function openSession(id) {
   for (const pending of shown.pending_approvals || []) {
     ask({ call_id: pending.call_id, name: pending.tool_name, request: pending.request });
   }
+  renderPlan(shown.plan || null);
   setReplying(shown.replying);
   state.lastEventId = shown.last_event_id || 0;
   loadSessions().catch(() => {});
@@ -280,6 +281,9 @@ function handle(event) {
       card(event.call_id).querySelector(".progress").textContent = "";
       break;
     }
+    case "plan_changed":
+      renderPlan(event.plan || null);
+      break;
     case "reply_finished":
       setReplying(false);
       if (event.stop_reason && event.stop_reason.reason === "cancelled") {
@@ -289,6 +293,30 @@ function handle(event) {
       break;
   }
   $("transcript").scrollTop = $("transcript").scrollHeight;
+}
+
+// ---- the plan (with --plan): a checklist, updated as plan_changed events arrive ----
+
+const SUBTASK_MARKS = { done: "☑", in_progress: "▶", abandoned: "☒", todo: "☐" };
+
+function renderPlan(plan) {
+  const panel = $("plan");
+  panel.replaceChildren();
+  panel.hidden = !plan;
+  if (!plan) return;
+  const done = plan.subtasks.filter((s) => s.state === "done").length;
+  panel.append(el("h3", "", `Plan: ${plan.name} (${done} of ${plan.subtasks.length} done)`));
+  const list = el("ol", "subtasks");
+  list.start = 0;
+  for (const subtask of plan.subtasks) {
+    const item = el("li", "subtask " + subtask.state);
+    item.dataset.state = subtask.state;
+    item.append(el("span", "mark", SUBTASK_MARKS[subtask.state] || "☐"), el("span", "name", subtask.name));
+    if (subtask.outcome) item.append(el("span", "outcome", subtask.outcome));
+    item.title = subtask.description;
+    list.append(item);
+  }
+  panel.append(list);
 }
 
 function setReplying(replying) {

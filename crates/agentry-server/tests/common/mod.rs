@@ -72,12 +72,34 @@ impl Harness {
         Self::start_configured(fake, dir, security, |server| server).await
     }
 
+    /// A server whose agents have a plan notebook each.
+    pub async fn start_planned() -> Harness {
+        Self::start_inner(
+            FakeLlm::start().await,
+            tempfile::tempdir().unwrap(),
+            Security::Loopback,
+            |server| server,
+            true,
+        )
+        .await
+    }
+
     /// [`Harness::start_with`], the server changed by `configure` before it serves.
     pub async fn start_configured(
         fake: FakeLlm,
         dir: tempfile::TempDir,
         security: Security,
         configure: impl FnOnce(Server) -> Server,
+    ) -> Harness {
+        Self::start_inner(fake, dir, security, configure, false).await
+    }
+
+    async fn start_inner(
+        fake: FakeLlm,
+        dir: tempfile::TempDir,
+        security: Security,
+        configure: impl FnOnce(Server) -> Server,
+        plan: bool,
     ) -> Harness {
         let store = Arc::new(agentry_store::SqliteStore::open(dir.path().join("s.db")).unwrap());
         let tools = toolkit();
@@ -99,10 +121,14 @@ impl Harness {
             store,
             tools,
             Arc::new(move || {
-                ReActAgent::builder()
+                let builder = ReActAgent::builder()
                     .name("agentry")
                     .model(Arc::clone(&model) as Arc<dyn agentry::model::ChatModel>)
-                    .toolkit(agent_tools.clone())
+                    .toolkit(agent_tools.clone());
+                match plan {
+                    true => builder.plan_notebook(agentry::plan::PlanNotebook::new()),
+                    false => builder,
+                }
             }),
         );
         let server = configure(server);

@@ -182,6 +182,20 @@ mod tests {
                 reply_id: "r".into(),
                 call_ids: vec!["c1".into(), "c2".into()],
             },
+            AgentEvent::PlanChanged {
+                reply_id: "r".into(),
+                plan: Some(super::Plan {
+                    id: "p1".into(),
+                    name: "release".into(),
+                    description: "ship v2".into(),
+                    expected_outcome: "v2 is out".into(),
+                    subtasks: vec![super::SubTask::new("changelog", "write it", "a changelog")],
+                    state: super::PlanState::InProgress,
+                    created_at: "2026-11-27T08:00:00Z".into(),
+                    finished_at: None,
+                    outcome: None,
+                }),
+            },
         ]
     }
 
@@ -222,6 +236,14 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&events[11]).unwrap(),
             json!({"type": "text_calls_recovered", "reply_id": "r", "call_ids": ["c1", "c2"]})
+        );
+        assert_eq!(
+            serde_json::to_value(&events[12]).unwrap(),
+            json!({"type": "plan_changed", "reply_id": "r", "plan": {
+                "id": "p1", "name": "release", "description": "ship v2", "expected_outcome": "v2 is out",
+                "state": "in_progress", "created_at": "2026-11-27T08:00:00Z",
+                "subtasks": [{"name": "changelog", "description": "write it", "expected_outcome": "a changelog", "state": "todo"}]
+            }})
         );
     }
 
