@@ -11,6 +11,7 @@ mod budget;
 mod call_lifecycle;
 mod cancellation;
 mod cassette;
+mod compaction;
 mod conformance;
 mod mcp;
 mod mcp_cancel;

@@ -46,6 +46,7 @@ pub struct ReActAgentBuilder {
     permissions: PermissionRules,
     extensions: Extensions,
     plan: Option<PlanNotebook>,
+    compaction: Option<super::Compaction>,
 }
 
 /// How many `on_cancel` callbacks may run at once per agent by default.
@@ -264,6 +265,13 @@ impl ReActAgentBuilder {
         self
     }
 
+    /// When and how the context is compacted (default [`Compaction::new`](super::Compaction::new):
+    /// at 80 % of the model's context window, when the model knows it).
+    pub fn compaction(mut self, compaction: super::Compaction) -> Self {
+        self.compaction = Some(compaction);
+        self
+    }
+
     /// The plan notebook given with [`Self::plan_notebook`], for whoever binds it to storage
     /// (`agentry-store` binds it to the session it attaches).
     pub fn plan(&self) -> Option<&PlanNotebook> {
@@ -309,6 +317,7 @@ impl ReActAgentBuilder {
                     budget: self.budget,
                     extensions: self.extensions,
                     plan: self.plan,
+                    compaction: self.compaction.unwrap_or_default(),
                     trace: super::trace::TraceSettings {
                         content: self.trace_content.unwrap_or_else(super::trace::content_from_env),
                         conversation_id: self.conversation_id,

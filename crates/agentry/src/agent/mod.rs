@@ -35,6 +35,7 @@
 mod acting;
 mod approval;
 mod builder;
+mod compaction;
 mod deadline;
 mod events;
 mod finished;
@@ -49,6 +50,7 @@ pub mod trace;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
 pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
+pub use compaction::{COMPACTION_KEY, Compaction, is_summary};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
 pub use finished::DEFAULT_FINISHED_CALLS;
 pub use handle::{AgentHandle, ApprovalError};
@@ -163,6 +165,8 @@ pub(crate) struct AgentConfig {
     pub(crate) extensions: crate::tool::Extensions,
     /// The plan notebook whose hint precedes each reasoning step.
     pub(crate) plan: Option<crate::plan::PlanNotebook>,
+    /// When the context is compacted.
+    pub(crate) compaction: Compaction,
 }
 
 /// What the agent's replies share and leave behind for the next one.

@@ -333,11 +333,15 @@ impl<'a> ReplyCx<'a> {
             self.pending_hints
                 .insert(0, Msg::new("system", Role::User, vec![ContentBlock::text(hint)]));
         }
-        let request = ChatRequest {
+        let mut request = ChatRequest {
             messages: self.prompt(None).await?,
             tools,
             tool_choice,
         };
+        if self.compact_if_needed(&request).await? {
+            request.messages = self.prompt(None).await?;
+        }
+        self.pending_hints.clear();
         let ModelOutput {
             mut msg,
             interrupted,
@@ -375,7 +379,11 @@ impl<'a> ReplyCx<'a> {
     /// The summary after `max_iters` rounds, or the answer after repeated calls (`hint` asks
     /// for which): a call without tools, stored. `None` when the reply was cancelled meanwhile.
     async fn summarizing(&mut self, hint: &str) -> Result<Option<Msg>, AgentError> {
-        let request = ChatRequest::new(self.prompt(Some(Msg::user(hint))).await?);
+        let mut request = ChatRequest::new(self.prompt(Some(Msg::user(hint))).await?);
+        if self.compact_if_needed(&request).await? {
+            request.messages = self.prompt(Some(Msg::user(hint))).await?;
+        }
+        self.pending_hints.clear();
         let ModelOutput {
             msg,
             interrupted,
@@ -398,13 +406,18 @@ impl<'a> ReplyCx<'a> {
         Ok(Some(msg))
     }
 
-    /// System prompt, memory, pending hints (consumed), then `extra`.
+    /// System prompt, memory from its last compaction summary on, pending hints (the caller
+    /// clears them once its request is final), then `extra`.
     async fn prompt(&mut self, extra: Option<Msg>) -> Result<Vec<Msg>, AgentError> {
-        let history = self.inner.config.memory.messages().await?;
+        let mut history = self.inner.config.memory.messages().await?;
+        let start = super::compaction::prompt_start(&history);
+        if start > 0 {
+            history.drain(..start);
+        }
         let mut messages = Vec::with_capacity(history.len() + 2 + self.pending_hints.len());
         messages.extend(self.inner.config.sys_prompt.clone());
         messages.extend(history);
-        messages.append(&mut self.pending_hints);
+        messages.extend(self.pending_hints.iter().cloned());
         messages.extend(extra);
         Ok(messages)
     }

@@ -9,6 +9,7 @@ mod accumulate;
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
 pub mod cassette;
+mod context_window;
 #[doc(hidden)]
 #[cfg(feature = "openai")]
 pub mod fuzz;
@@ -21,6 +22,7 @@ pub mod openai;
 mod partial_json;
 
 pub use accumulate::{CallDelta, DeltaAccumulator};
+pub use context_window::{estimate_tokens, known_context_window};
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod retry;
 mod tool_text;
@@ -170,6 +172,17 @@ pub trait ChatModel: Send + Sync + 'static {
     }
     /// Starts one call. Nothing is sent until the stream is polled.
     fn chat(&self, request: ChatRequest) -> ChatStream;
+    /// The most tokens one request may hold, when known (the embedded models know theirs; the
+    /// remote providers look the model up in [`known_context_window`]). Default: unknown.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
+    /// The exact tokens of `request` as this model reads it (messages and tool definitions),
+    /// when the model can count them; `None` makes the agent estimate
+    /// ([`estimate_tokens`]). Default: `None`.
+    fn count_tokens(&self, _request: &ChatRequest) -> Option<u64> {
+        None
+    }
 }
 
 /// A shared model is a model: `builder.model(Arc::clone(&model))` lets several agents use one.
@@ -192,6 +205,14 @@ impl<T: ChatModel + ?Sized> ChatModel for Arc<T> {
 
     fn chat(&self, request: ChatRequest) -> ChatStream {
         (**self).chat(request)
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        (**self).context_window()
+    }
+
+    fn count_tokens(&self, request: &ChatRequest) -> Option<u64> {
+        (**self).count_tokens(request)
     }
 }
 

@@ -155,6 +155,17 @@ pub enum AgentEvent {
         /// The current plan, `None` when there is none (it was finished).
         plan: Option<Plan>,
     },
+    /// The context was compacted before a model request: the older messages were summarised
+    /// and the summary, stored right before the messages kept, now starts every prompt
+    /// ([`Compaction`](crate::agent::Compaction)). Nothing was deleted from memory.
+    ContextCompacted {
+        /// The reply during which it happened.
+        reply_id: ReplyId,
+        /// How many messages the summary stands for (with those of earlier summaries).
+        messages: usize,
+        /// The request's tokens before (counted by the model, or estimated).
+        tokens_before: u64,
+    },
     /// The reply is over: everything of it is in memory (including the interrupted note of a
     /// cancelled reply, R5), and a new reply may start.
     ReplyFinished {

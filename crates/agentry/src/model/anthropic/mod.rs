@@ -126,6 +126,10 @@ impl ChatModel for AnthropicChatModel {
     fn chat(&self, request: ChatRequest) -> ChatStream {
         http::chat(Arc::clone(&self.inner), request)
     }
+
+    fn context_window(&self) -> Option<u64> {
+        super::known_context_window(self.model_name())
+    }
 }
 
 impl HttpProvider for Inner {

@@ -341,6 +341,14 @@ impl<M: ChatModel> ChatModel for RecordingModel<M> {
         self.model.repeats_tool_calls()
     }
 
+    fn context_window(&self) -> Option<u64> {
+        self.model.context_window()
+    }
+
+    fn count_tokens(&self, request: &ChatRequest) -> Option<u64> {
+        self.model.count_tokens(request)
+    }
+
     fn chat(&self, request: ChatRequest) -> ChatStream {
         let recorded = serde_json::to_value(&request).unwrap_or_else(|e| {
             tracing::warn!("cannot record a model request: {e}");
