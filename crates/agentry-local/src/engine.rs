@@ -7,6 +7,8 @@ use candle_core::quantized::gguf_file;
 use candle_core::quantized::tokenizer::TokenizerFromGguf;
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling};
+use std::sync::Arc;
+
 use tokenizers::Tokenizer;
 
 use crate::constrain::{Acceptor, CallState, Shape, call_position};
@@ -66,8 +68,9 @@ pub(crate) enum End {
 /// The loaded model. Not shared: callers take turns (see `LocalModel`).
 pub(crate) struct Engine {
     model: Qwen2,
-    tokenizer: Tokenizer,
-    pub(crate) template: ChatTemplate,
+    /// Shared with the model's handle, which counts prompts without waiting for a generation.
+    pub(crate) tokenizer: Arc<Tokenizer>,
+    pub(crate) template: Arc<ChatTemplate>,
     stop_tokens: Vec<u32>,
     /// What the call constraint knows of the vocabulary.
     tokens: TokenTexts,
@@ -166,8 +169,8 @@ impl Engine {
         let message_start = tokenizer.token_to_id("<|im_start|>");
         Ok(Engine {
             model,
-            tokenizer,
-            template,
+            tokenizer: Arc::new(tokenizer),
+            template: Arc::new(template),
             stop_tokens,
             tokens: TokenTexts {
                 special: special_tokens,

@@ -17,6 +17,7 @@
 extern crate self as agentry;
 
 pub mod agent;
+pub mod embedding;
 mod ids;
 #[cfg(feature = "mcp")]
 pub mod mcp;
