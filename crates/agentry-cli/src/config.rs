@@ -309,6 +309,10 @@ pub struct ConfigFile {
     pub tools: Option<Vec<String>>,
     /// Give the agent a plan notebook (`--plan`).
     pub plan: Option<bool>,
+    /// The context window in tokens, for compaction (`--context-window`).
+    pub context_window: Option<u64>,
+    /// Compact when a request passes this share of the window (`--compact-at`).
+    pub compact_at: Option<f64>,
     /// Local model: the most bytes of saved prompt prefixes (`--cache-size`): a number of
     /// bytes or a size with a unit, like the flag.
     #[serde(default, deserialize_with = "size_field")]

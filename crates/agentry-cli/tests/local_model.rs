@@ -220,3 +220,70 @@ fn tool_time(stderr: &str) -> Option<(u32, u32)> {
     let minute = clock.get(3..5)?.parse().ok()?;
     Some((hour, minute))
 }
+
+/// A session whose conversation outgrows the context window on the embedded model: the next
+/// reply compacts it (the real model writes the summary) and still answers; the session keeps
+/// every message and marks the summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_past_the_context_window_is_compacted_on_the_real_model_and_goes_on() {
+    let Some(model) = test_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db").display().to_string();
+    let facts: String = (1..=25)
+        .map(|n| {
+            format!(
+                "Fact {n}: the code word for day {n} is {}.\n",
+                ["amber", "birch", "cedar", "delta"][n % 4]
+            )
+        })
+        .collect();
+    let flags = [
+        "--session",
+        "s",
+        "--db",
+        &db,
+        "--tools",
+        "calculate",
+        "--context-window",
+        "1536",
+        "--compact-at",
+        "0.5",
+    ];
+    let (out, first, stderr) = run_in(
+        dir.path(),
+        &model,
+        &flags,
+        &format!("Here are my notes:\n{facts}\nReply with just: noted."),
+    )
+    .await;
+    assert!(out.status.success(), "{stderr}");
+    assert!(!first.trim().is_empty(), "{stderr}");
+    let (out, second, stderr) = run_in(dir.path(), &model, &flags, "What is 6 times 7?").await;
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("(the conversation was compacted:"),
+        "the second reply compacts: {stderr}"
+    );
+    assert!(second.contains("42"), "{second}\n{stderr}");
+    let args: Vec<String> = ["sessions", "show", "s", "--json", "--db", &db]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let shown = crate::common::agentry(args, dir.path()).await;
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let messages = shown["messages"].as_array().unwrap();
+    let summaries: Vec<&serde_json::Value> = messages
+        .iter()
+        .filter(|m| m["metadata"]["compaction"].is_object())
+        .collect();
+    assert!(!summaries.is_empty(), "{shown}");
+    let summary = summaries[0]["content"][0]["text"].as_str().unwrap();
+    assert!(summary.len() < 4000, "a summary stays short: {summary}");
+    assert!(summary.starts_with("<system-info>"), "{summary}");
+    // Nothing was deleted: the notes are still in the session.
+    assert!(messages.iter().any(|m| {
+        m["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Fact 25"))
+    }));
+}

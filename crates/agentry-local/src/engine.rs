@@ -196,6 +196,11 @@ impl Engine {
 
     /// The model's tokens for `text` (special tokens written out, like `<|im_start|>`, are read
     /// as such).
+    /// The context length the model was trained for.
+    pub(crate) fn context(&self) -> usize {
+        self.model.context()
+    }
+
     pub(crate) fn tokenize(&self, text: &str) -> Result<Vec<u32>, LocalModelError> {
         Ok(self
             .tokenizer

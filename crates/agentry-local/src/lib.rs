@@ -45,7 +45,8 @@ mod turn;
 use std::path::PathBuf;
 
 pub use provider::{
-    ANSWER_AFTER_TOOLS_HINT, DEFAULT_PREFIX_CACHE_SIZE, LocalModel, LocalModelConfig, LocalStats, LocalTotals,
+    ANSWER_AFTER_TOOLS_HINT, DEFAULT_LOCAL_CONTEXT_WINDOW, DEFAULT_PREFIX_CACHE_SIZE, LocalModel,
+    LocalModelConfig, LocalStats, LocalTotals,
 };
 #[cfg(feature = "pull")]
 pub use pull::{

@@ -11,12 +11,13 @@ use agentry::model::{
 };
 use futures::StreamExt;
 use serde_json::Value;
+use tokenizers::Tokenizer;
 use tokio::sync::mpsc;
 
 use crate::constrain::Shape;
 use crate::engine::{Chosen, End, Engine, Generated, MOST_CALLS_PER_TURN, TurnShape};
 use crate::plan::{PLAN_MAX_TOKENS, PLAN_PREFILL, PlanMemo, ReplyProgress, Step, parse_plan, plan_shape};
-use crate::{LocalModelError, Sampler};
+use crate::{ChatTemplate, LocalModelError, Sampler};
 
 /// What small models need to hear to answer after a tool result instead of calling the tool
 /// again (measured: 0 of 6 plain answers without it, 4 of 4 with it).
@@ -240,7 +241,17 @@ pub struct LocalModel {
     stats: Arc<Mutex<LocalStats>>,
     /// The tools planned for the question being answered (see [`crate::plan`]).
     plans: Arc<Mutex<PlanMemo>>,
+    /// The engine's tokenizer and template, to count a prompt while the engine generates.
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+    /// The context length the model was trained for.
+    trained_context: usize,
 }
+
+/// The context window the embedded model reports for compaction: prompts past 80 % of it are
+/// compacted. Smaller than what the models were trained for (32,768 tokens), because on a CPU
+/// every token of a long prompt costs time and memory; `--context-window` sets another.
+pub const DEFAULT_LOCAL_CONTEXT_WINDOW: usize = 8192;
 
 impl std::fmt::Debug for LocalModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -269,6 +280,9 @@ impl LocalModel {
         };
         Ok(LocalModel {
             name,
+            tokenizer: Arc::clone(&engine.tokenizer),
+            template: Arc::clone(&engine.template),
+            trained_context: engine.context(),
             engine: Arc::new(Mutex::new(engine)),
             config,
             stats: Arc::new(Mutex::new(stats)),
@@ -290,15 +304,23 @@ impl LocalModel {
 
     /// The model's tokens for `text`, as a prompt is read (to count a prompt's tokens).
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, LocalModelError> {
-        let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-        engine.tokenize(text)
+        Ok(self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| LocalModelError::Generation(format!("cannot tokenize the prompt: {e}")))?
+            .get_ids()
+            .to_vec())
     }
 
     /// The prompt this model would see for `request` (what the template renders).
     pub fn render_prompt(&self, request: &ChatRequest) -> Result<String, LocalModelError> {
-        let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let (messages, tools) = self.prompt_parts(request);
-        engine.template.render(&messages, &tools)
+        self.template.render(&messages, &tools)
+    }
+
+    /// The context length the model was trained for (from its file).
+    pub fn trained_context(&self) -> usize {
+        self.trained_context
     }
 
     fn prompt_parts(&self, request: &ChatRequest) -> (Vec<Msg>, Vec<ToolSchema>) {
@@ -363,7 +385,9 @@ impl LocalModel {
                 &prompt,
                 &turn,
                 &self.config.sampler,
-                self.config.max_tokens,
+                request.max_tokens.map_or(self.config.max_tokens, |cap| {
+                    (cap as usize).min(self.config.max_tokens)
+                }),
                 |text| {
                     let visible = if names.is_empty() {
                         text
@@ -553,6 +577,17 @@ impl ChatModel for LocalModel {
     /// Small models call the same tool again and again instead of answering.
     fn repeats_tool_calls(&self) -> bool {
         true
+    }
+
+    /// [`DEFAULT_LOCAL_CONTEXT_WINDOW`], or less when the model was trained for less.
+    fn context_window(&self) -> Option<u64> {
+        Some(self.trained_context.min(DEFAULT_LOCAL_CONTEXT_WINDOW) as u64)
+    }
+
+    /// The tokens of the prompt the template renders for `request`, exactly.
+    fn count_tokens(&self, request: &ChatRequest) -> Option<u64> {
+        let prompt = self.render_prompt(request).ok()?;
+        self.tokenize(&prompt).ok().map(|tokens| tokens.len() as u64)
     }
 
     fn chat(&self, request: ChatRequest) -> ChatStream {

@@ -96,6 +96,11 @@ async fn older_messages_become_a_summary_that_starts_the_next_prompt_and_nothing
         "{shown:?}"
     );
     assert!(!shown[1].contains("# Current state"), "{shown:?}");
+    // The question being worked on was compacted: it is kept word for word.
+    assert!(
+        shown[1].contains("# The user's latest message\nRead pages 1 to 3.\n</system-info>"),
+        "{shown:?}"
+    );
     assert_eq!(next[2]["tool_calls"][0]["id"], "f3");
     assert_eq!(next[3]["tool_call_id"], "f3");
 

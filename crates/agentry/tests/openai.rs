@@ -120,6 +120,7 @@ async fn request_carries_key_headers_extras_and_tool_choice() {
             messages: vec![Msg::user("x")],
             tools: add_schema(),
             tool_choice: Some(choice),
+            max_tokens: None,
         };
         collect(&model, request).await.unwrap();
     }

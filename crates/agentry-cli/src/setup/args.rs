@@ -75,6 +75,14 @@ pub struct AgentArgs {
     /// repeatable; also "permissions": {"deny": [...]} in the config
     #[arg(long = "deny", value_name = "TOOL[:PATTERN]")]
     pub deny: Vec<String>,
+    /// The model's context window in tokens, for compaction [default: the model's own; the
+    /// embedded model's is 8192] (config: context_window)
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<u64>,
+    /// Compact the conversation (summarise older messages) when a request passes this share of
+    /// the context window [default: 0.8] (config: compact_at)
+    #[arg(long, value_name = "RATIO", value_parser = compact_ratio)]
+    pub compact_at: Option<f64>,
     /// Give the agent a plan notebook: tools to break a complex task into subtasks and work
     /// through them, a reminder of the plan before each step, and (with --session) the plan kept
     /// with the session (config: "plan": true)
@@ -90,4 +98,12 @@ pub struct AgentArgs {
     pub close_pending: bool,
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+/// A ratio in (0, 1].
+fn compact_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if ratio > 0.0 && ratio <= 1.0 => Ok(ratio),
+        _ => Err(format!("{text:?} is not a ratio between 0 and 1 (such as 0.8)")),
+    }
 }

@@ -135,6 +135,7 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
     let (prices, budget, permissions) = (plan.prices, plan.budget, plan.permissions);
     let (max_iters, parallel, shim) = (plan.max_iters, plan.parallel, plan.tool_shim);
     let plan_notebook = plan.plan_notebook;
+    let compaction = plan.compaction.clone();
     if plan_notebook {
         // Once, in the shared toolkit: each agent's calls reach its own notebook.
         register_plan_tools(&toolkit, false)?;
@@ -157,6 +158,7 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
             .parallel_tool_calls(parallel)
             .tool_shim(shim)
             .permissions(permissions.clone())
+            .compaction(compaction.clone())
     };
     Ok(Recipe {
         builder: Box::new(builder),

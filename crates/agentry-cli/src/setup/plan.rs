@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use agentry::agent::Compaction;
 use agentry::mcp::McpServerConfig;
 use agentry::tool::PermissionRules;
 use agentry::usage::{PriceTable, ReplyBudget};
@@ -44,6 +45,8 @@ pub struct AgentPlan {
     pub permissions: PermissionRules,
     /// The agent has a plan notebook (`--plan`).
     pub plan_notebook: bool,
+    /// When the conversation is compacted (`--context-window`, `--compact-at`).
+    pub compaction: Compaction,
     /// The session continued (`--session`), if any.
     pub session: Option<SessionPlan>,
     /// The config file, for what the command reads besides (script tools' settings).
@@ -100,6 +103,7 @@ impl AgentPlan {
             prices: file.prices.clone(),
             permissions: permission_rules(args, &file)?,
             plan_notebook: args.plan || file.plan.unwrap_or(false),
+            compaction: compaction(args, &file)?,
             session: args.session.as_ref().map(|name| SessionPlan {
                 name: name.clone(),
                 store: args.store.clone(),
@@ -111,6 +115,26 @@ impl AgentPlan {
             file,
         })
     }
+}
+
+/// Compaction as the flags and the config file set it.
+fn compaction(args: &AgentArgs, file: &ConfigFile) -> anyhow::Result<Compaction> {
+    let mut compaction = Compaction::new();
+    if let Some(window) = args.context_window.or(file.context_window) {
+        anyhow::ensure!(
+            window >= 256,
+            "the context window must be at least 256 tokens, not {window}"
+        );
+        compaction = compaction.context_window(window);
+    }
+    if let Some(ratio) = args.compact_at.or(file.compact_at) {
+        anyhow::ensure!(
+            ratio > 0.0 && ratio <= 1.0,
+            "compact_at must be a ratio between 0 and 1 (such as 0.8), not {ratio}"
+        );
+        compaction = compaction.compact_at(ratio);
+    }
+    Ok(compaction)
 }
 
 /// The permission rules of the flags and the config file.

@@ -230,6 +230,16 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 }
                 Ok(())
             }
+            AgentEvent::ContextCompacted { messages, .. } => {
+                self.end_line()?;
+                let note = self.style.dim(&format!(
+                    "(the conversation was compacted: {messages} earlier messages are now a summary; they stay in the session)"
+                ));
+                self.emit(|_, err| {
+                    writeln!(err, "{note}")?;
+                    err.flush()
+                })
+            }
             AgentEvent::PlanChanged { plan, .. } => {
                 self.end_line()?;
                 let lines = super::plan_view::plan_lines(plan.as_ref());

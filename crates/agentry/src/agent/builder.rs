@@ -8,6 +8,9 @@ use std::time::Duration;
 use super::events::EventHub;
 use super::finished::{DEFAULT_FINISHED_CALLS, FinishedCalls};
 use super::{AgentConfig, AgentError, AgentHook, AgentInner, ReActAgent, SessionState, Settings};
+use crate::memory::long_term::{
+    AgentLongTermMemory, LongTermMemory, LongTermMemoryMode, register_memory_tools,
+};
 use crate::memory::{InMemoryMemory, Memory};
 use crate::message::Msg;
 use crate::model::ChatModel;
@@ -47,6 +50,7 @@ pub struct ReActAgentBuilder {
     extensions: Extensions,
     plan: Option<PlanNotebook>,
     compaction: Option<super::Compaction>,
+    long_term: Option<(Arc<dyn LongTermMemory>, LongTermMemoryMode)>,
 }
 
 /// How many `on_cancel` callbacks may run at once per agent by default.
@@ -272,6 +276,16 @@ impl ReActAgentBuilder {
         self
     }
 
+    /// Gives the agent a long-term memory (one user's, across sessions), used as `mode` says:
+    /// the tools `record_to_memory` and `retrieve_from_memory`, retrieval before each reply and
+    /// recording after it, or both. See [`long_term`](crate::memory::long_term).
+    pub fn long_term_memory(mut self, memory: impl LongTermMemory, mode: LongTermMemoryMode) -> Self {
+        let memory: Arc<dyn LongTermMemory> = Arc::new(memory);
+        self.extensions.insert(AgentLongTermMemory(Arc::clone(&memory)));
+        self.long_term = Some((memory, mode));
+        self
+    }
+
     /// The plan notebook given with [`Self::plan_notebook`], for whoever binds it to storage
     /// (`agentry-store` binds it to the session it attaches).
     pub fn plan(&self) -> Option<&PlanNotebook> {
@@ -288,6 +302,10 @@ impl ReActAgentBuilder {
             toolkit
                 .enable_meta_tool()
                 .map_err(|e| AgentError::Config(format!("cannot enable the meta tool: {e}")))?;
+        }
+        if self.long_term.as_ref().is_some_and(|(_, mode)| mode.has_tools()) {
+            register_memory_tools(&toolkit)
+                .map_err(|e| AgentError::Config(format!("cannot add the memory tools: {e}")))?;
         }
         if self.plan.is_some() {
             register_plan_tools(&toolkit, self.enable_meta_tool)
@@ -318,6 +336,7 @@ impl ReActAgentBuilder {
                     extensions: self.extensions,
                     plan: self.plan,
                     compaction: self.compaction.unwrap_or_default(),
+                    long_term: self.long_term,
                     trace: super::trace::TraceSettings {
                         content: self.trace_content.unwrap_or_else(super::trace::content_from_env),
                         conversation_id: self.conversation_id,

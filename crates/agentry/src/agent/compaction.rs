@@ -110,7 +110,11 @@ pub(crate) fn prompt_start(msgs: &[Msg]) -> usize {
 }
 
 /// The tokens the model's answer to a summary request may take.
-const SUMMARY_ANSWER_TOKENS: u64 = 1024;
+const SUMMARY_ANSWER_TOKENS: u64 = 512;
+
+/// The most characters a summary keeps: a summary longer than what it replaces would only
+/// bring the next compaction sooner.
+const SUMMARY_MAX_CHARS: usize = 2400;
 
 const SUMMARY_SYSTEM: &str = "You write the working notes of an AI agent whose conversation has grown too long \
      for its context. The notes replace the earlier messages, so keep every fact the agent still needs: what \
@@ -167,12 +171,22 @@ impl ReplyCx<'_> {
             );
             return Ok(false);
         };
-        let Some(summary) = self
+        let Some(mut summary) = self
             .summarize(earlier, &msgs[first..cut], window, request)
             .await?
         else {
             return Ok(false);
         };
+        if let Some(question) = latest_question(&msgs, first, cut) {
+            // The request being worked on stays word for word, whatever the summary says.
+            summary = summary.replace(
+                "\n</system-info>",
+                &format!(
+                    "\n# The user's latest message\n{}\n</system-info>",
+                    bounded(question)
+                ),
+            );
+        }
         let compacted = cut - first
             + msgs
                 .get(start)
@@ -219,6 +233,7 @@ impl ReplyCx<'_> {
                 messages,
                 tools: request.tools.clone(),
                 tool_choice: Some(ToolChoice::None),
+                max_tokens: Some(SUMMARY_ANSWER_TOKENS as u32),
             };
             match self.summary_call(summary_request).await {
                 Ok(Some(answer)) => earlier = Some(summary_text(&answer)),
@@ -273,6 +288,15 @@ fn choose_cut(msgs: &[Msg], first: usize, keep: usize) -> Option<usize> {
         .or_else(|| (first + 1..latest).rev().find(valid))
 }
 
+/// The text of the user's latest message when it is among the compacted ones `msgs[first..cut]`
+/// (no user message comes after it).
+fn latest_question(msgs: &[Msg], first: usize, cut: usize) -> Option<String> {
+    let at = msgs
+        .iter()
+        .rposition(|m| m.role == Role::User && m.name == "user" && !has_results(m) && !is_summary(m))?;
+    (first..cut).contains(&at).then(|| msgs[at].text()).flatten()
+}
+
 fn has_results(msg: &Msg) -> bool {
     msg.content
         .iter()
@@ -286,6 +310,7 @@ fn batches(msgs: &[Msg], budget: u64, request: &ChatRequest) -> Vec<Vec<Msg>> {
         messages: Vec::new(),
         tools: request.tools.clone(),
         tool_choice: None,
+        max_tokens: None,
     });
     let budget = budget.saturating_sub(tools_tokens).max(128);
     let mut out: Vec<Vec<Msg>> = Vec::new();
@@ -356,42 +381,69 @@ pub(crate) fn summary_text(answer: &str) -> String {
             (!sections.is_empty()).then(|| sections.join("\n"))
         })
         .unwrap_or_else(|| {
-            let plain = answer.trim();
+            let plain = distinct_lines(answer.trim());
             if plain.is_empty() {
                 "(The earlier messages could not be summarised.)".to_owned()
             } else {
-                plain.to_owned()
+                plain
             }
         });
+    let body = bounded(body);
     format!(
         "<system-info>The earlier part of this conversation was compacted to fit the context. Here is a \
          summary of it:\n{body}\n</system-info>"
     )
 }
 
-/// The first JSON object in `text` (models wrap it in a code fence or words).
+/// The JSON object in `text` (models wrap it in a code fence or words; an answer cut at its
+/// token limit leaves it unclosed).
 fn json_object(text: &str) -> Option<Map<String, Value>> {
     let start = text.find('{')?;
-    let end = text.rfind('}')?;
-    (start < end)
-        .then(|| serde_json::from_str::<Map<String, Value>>(&text[start..=end]).ok())
-        .flatten()
+    let body = &text[start..];
+    let end = body.rfind('}').map_or(body.len(), |end| end + 1);
+    serde_json::from_str::<Map<String, Value>>(&body[..end])
+        .ok()
+        .or_else(|| crate::model::parse_partial_object(body))
 }
 
-/// A field as text: a string, a list as lines, anything else as JSON; `None` when empty.
+/// A field as text: a string, a list as lines (each once), anything else as JSON; `None` when
+/// empty.
 fn field_text(value: &Value) -> Option<String> {
     let text = match value {
         Value::Null => return None,
-        Value::String(s) => s.trim().to_owned(),
-        Value::Array(items) => items
-            .iter()
-            .filter_map(field_text)
-            .map(|item| format!("- {item}"))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Value::String(s) => distinct_lines(s.trim()),
+        Value::Array(items) => {
+            let mut lines: Vec<String> = Vec::new();
+            for item in items.iter().filter_map(field_text) {
+                let line = format!("- {item}");
+                if !lines.contains(&line) {
+                    lines.push(line);
+                }
+            }
+            lines.join("\n")
+        }
         other => other.to_string(),
     };
     (!text.is_empty()).then_some(text)
+}
+
+/// `text` without repeated lines (small models loop).
+fn distinct_lines(text: &str) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if line.trim().is_empty() || !seen.contains(&line) {
+            seen.push(line);
+        }
+    }
+    seen.join("\n")
+}
+
+/// `text` cut to [`SUMMARY_MAX_CHARS`] characters.
+fn bounded(text: String) -> String {
+    match text.char_indices().nth(SUMMARY_MAX_CHARS) {
+        Some((at, _)) => format!("{} …", &text[..at]),
+        None => text,
+    }
 }
 
 #[cfg(test)]
@@ -470,6 +522,16 @@ mod tests {
         );
         assert!(summary_text("{\"other\": 1}").contains("{\"other\": 1}"));
         assert!(summary_text("  ").contains("could not be summarised"));
+        // Cut at its token limit, looping: what was written is read, each item once, bounded.
+        let looping = format!(
+            "{{\"task_overview\": \"count\", \"important_discoveries\": [{}",
+            "\"birch\", \"cedar\", ".repeat(500)
+        );
+        let text = summary_text(&looping);
+        assert!(text.contains("# Task overview\ncount"), "{text}");
+        assert!(text.contains("- birch\n- cedar"), "{text}");
+        assert_eq!(text.matches("birch").count(), 1, "{text}");
+        assert!(summary_text(&"x".repeat(10_000)).len() < SUMMARY_MAX_CHARS + 400);
     }
 
     #[test]

@@ -43,6 +43,7 @@ mod handle;
 mod hooks;
 mod meter;
 mod react;
+mod recall;
 mod repeats;
 mod shim;
 mod structured;
@@ -167,6 +168,11 @@ pub(crate) struct AgentConfig {
     pub(crate) plan: Option<crate::plan::PlanNotebook>,
     /// When the context is compacted.
     pub(crate) compaction: Compaction,
+    /// The user's long-term memory and how the agent uses it.
+    pub(crate) long_term: Option<(
+        std::sync::Arc<dyn crate::memory::long_term::LongTermMemory>,
+        crate::memory::long_term::LongTermMemoryMode,
+    )>,
 }
 
 /// What the agent's replies share and leave behind for the next one.

@@ -181,9 +181,11 @@ impl<'a> ReplyCx<'a> {
         for (_, hook) in self.hooks.iter() {
             hook.pre_reply(&self.hook_cx, &mut msg).await;
         }
+        let question = msg.as_ref().and_then(Msg::text).unwrap_or_default();
         if let Some(msg) = msg {
             self.inner.config.memory.add(vec![msg]).await?;
         }
+        self.recall(&question).await?;
         let mut tool_choice = structured.map(|_| ToolChoice::Required);
         let mut requirement_pending = structured.is_some();
         let mut structured_output = None;
@@ -247,6 +249,9 @@ impl<'a> ReplyCx<'a> {
         }
         for (_, hook) in self.hooks.iter() {
             hook.post_reply(&self.hook_cx, &mut reply).await;
+        }
+        if stop_reason == StopReason::Answered {
+            self.remember(&question, &reply).await;
         }
         Ok((reply, stop_reason))
     }
@@ -337,6 +342,7 @@ impl<'a> ReplyCx<'a> {
             messages: self.prompt(None).await?,
             tools,
             tool_choice,
+            max_tokens: None,
         };
         if self.compact_if_needed(&request).await? {
             request.messages = self.prompt(None).await?;

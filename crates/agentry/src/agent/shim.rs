@@ -142,6 +142,7 @@ mod tests {
             messages: vec![Msg::user("hi")],
             tools: Arc::from(tools),
             tool_choice: choice,
+            max_tokens: None,
         }
     }
 

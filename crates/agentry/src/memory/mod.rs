@@ -22,6 +22,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
+pub mod long_term;
+
 use crate::CallId;
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
 use crate::tool::ToolCallState;

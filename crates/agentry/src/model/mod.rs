@@ -86,6 +86,10 @@ pub struct ChatRequest {
     pub tools: Arc<[ToolSchema]>,
     /// Constraint on tool use; `None` leaves the provider's default.
     pub tool_choice: Option<ToolChoice>,
+    /// The most tokens the answer may have, below the model's own setting (a compaction
+    /// summary asks for a short one); `None` leaves the model's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
 }
 
 /// `Arc<[T]>` as a JSON array (serde's own impl needs its `rc` feature).
@@ -115,6 +119,7 @@ impl ChatRequest {
             messages,
             tools: Arc::from(Vec::new()),
             tool_choice: None,
+            max_tokens: None,
         }
     }
 }

@@ -142,7 +142,9 @@ impl HttpProvider for Inner {
     fn encode(&self, request: &ChatRequest) -> Result<Bytes, ModelError> {
         let wire = WireRequest {
             model: &self.config.model,
-            max_tokens: self.config.max_tokens,
+            max_tokens: request
+                .max_tokens
+                .map_or(self.config.max_tokens, |cap| cap.min(self.config.max_tokens)),
             messages: &request.messages,
             tools: &request.tools,
             tool_choice: request.tool_choice.as_ref(),

@@ -73,6 +73,7 @@ fn request(prompt: &str) -> ChatRequest {
             parameters: json!({"type": "object"}),
         }]),
         tool_choice: Some(ToolChoice::Auto),
+        max_tokens: None,
     }
 }
 

@@ -139,6 +139,7 @@ impl HttpProvider for Inner {
             tool_choice: request.tool_choice.as_ref(),
             stream: self.config.stream,
             include_usage: self.config.include_usage,
+            max_tokens: request.max_tokens,
             extra: &self.config.http.extra_body,
         };
         serde_json::to_vec(&wire)

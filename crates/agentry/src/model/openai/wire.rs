@@ -18,6 +18,8 @@ pub(super) struct WireRequest<'a> {
     pub tool_choice: Option<&'a ToolChoice>,
     pub stream: bool,
     pub include_usage: bool,
+    /// The request's cap on the answer, if any.
+    pub max_tokens: Option<u32>,
     pub extra: &'a Map<String, Value>,
 }
 
@@ -45,8 +47,22 @@ impl Serialize for WireRequest<'_> {
         if self.stream && self.include_usage {
             map.serialize_entry("stream_options", &IncludeUsage { include_usage: true })?;
         }
+        // Reasoning models take only the newer name.
+        let cap_key = match self.model.split('/').next_back().unwrap_or(self.model) {
+            m if m.starts_with("o1")
+                || m.starts_with("o3")
+                || m.starts_with("o4")
+                || m.starts_with("gpt-5") =>
+            {
+                "max_completion_tokens"
+            }
+            _ => "max_tokens",
+        };
+        if let Some(cap) = self.max_tokens {
+            map.serialize_entry(cap_key, &cap)?;
+        }
         for (key, value) in self.extra {
-            if !OWN_KEYS.contains(&key.as_str()) {
+            if !OWN_KEYS.contains(&key.as_str()) && !(self.max_tokens.is_some() && key == cap_key) {
                 map.serialize_entry(key, value)?;
             }
         }
@@ -329,6 +345,7 @@ mod tests {
             tool_choice: choice,
             stream,
             include_usage: true,
+            max_tokens: None,
             extra: &extra,
         };
         serde_json::to_value(&req).unwrap()
