@@ -1,68 +1,15 @@
 //! The plan notebook kept with the session: a session continued by a new process (a new
 //! `SessionMemory`, a new notebook) resumes its plan where it was, not at subtask 0.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use agentry::ReActAgent;
-use agentry::message::{ContentBlock, Msg, ToolUseBlock};
-use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
+use agentry::message::Msg;
 use agentry::plan::{PlanNotebook, SubTaskState};
 use agentry_store::{PLANS_KEY, SessionMemory, StoreError};
-use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::common::{db, open};
-
-/// Answers each request with the next scripted content.
-#[derive(Clone, Default)]
-struct Replies {
-    queue: Arc<Mutex<VecDeque<Vec<ContentBlock>>>>,
-    requests: Arc<Mutex<Vec<Vec<Msg>>>>,
-}
-
-impl Replies {
-    fn call(self, id: &str, name: &str, input: Value) -> Self {
-        self.queue
-            .lock()
-            .unwrap()
-            .push_back(vec![ContentBlock::ToolUse(ToolUseBlock {
-                id: id.into(),
-                name: name.into(),
-                input,
-                raw_input: None,
-            })]);
-        self
-    }
-
-    fn text(self, text: &str) -> Self {
-        self.queue
-            .lock()
-            .unwrap()
-            .push_back(vec![ContentBlock::text(text)]);
-        self
-    }
-}
-
-impl ChatModel for Replies {
-    fn model_name(&self) -> &str {
-        "replies"
-    }
-
-    fn is_streaming(&self) -> bool {
-        false
-    }
-
-    fn chat(&self, request: ChatRequest) -> ChatStream {
-        self.requests.lock().unwrap().push(request.messages);
-        let content = self.queue.lock().unwrap().pop_front().unwrap_or_default();
-        let response = ChatResponse {
-            content,
-            ..ChatResponse::default()
-        };
-        futures::stream::once(async move { Ok(response) }).boxed()
-    }
-}
+use crate::common::{Replies, db, open};
 
 async fn planned_agent(memory: &Arc<SessionMemory>, model: Replies) -> (ReActAgent, PlanNotebook) {
     let notebook = PlanNotebook::new();

@@ -20,6 +20,7 @@ mod derived;
 mod events;
 mod grants;
 mod lease;
+mod memories;
 mod messages;
 mod recover;
 mod rows;
@@ -46,6 +47,7 @@ use crate::{
     SessionStore, StoreError, StoredEvent, UsageTotals,
 };
 use lease::Leases;
+pub use memories::{MemoryState, NewMemory};
 pub use schema::SCHEMA_VERSION;
 
 /// How much a commit waits for the disk.

@@ -131,8 +131,26 @@ const V4: &str = "
 ALTER TABLE tool_calls ADD COLUMN explanation TEXT;
 ";
 
+/// Version 5: long-term memories, per user and across sessions (no foreign key: a memory
+/// outlives the session it was recorded in). `terms` is the text as full-text search indexes it
+/// (see `search::terms`); `embedding` a unit vector of little-endian `f32`s from `model`.
+const V5: &str = "
+CREATE TABLE memories (
+    id          INTEGER PRIMARY KEY,
+    user_name   TEXT NOT NULL,
+    content     TEXT NOT NULL,
+    source      TEXT NOT NULL,           -- agent | reply | user
+    session_id  TEXT,
+    created_at  TEXT NOT NULL,
+    model       TEXT,
+    embedding   BLOB
+) STRICT;
+CREATE INDEX memories_user ON memories (user_name, id);
+CREATE VIRTUAL TABLE memories_fts USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 2');
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
 pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {

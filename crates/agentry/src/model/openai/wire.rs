@@ -62,7 +62,8 @@ impl Serialize for WireRequest<'_> {
             map.serialize_entry(cap_key, &cap)?;
         }
         for (key, value) in self.extra {
-            if !OWN_KEYS.contains(&key.as_str()) && !(self.max_tokens.is_some() && key == cap_key) {
+            let ours = OWN_KEYS.contains(&key.as_str()) || (self.max_tokens.is_some() && key == cap_key);
+            if !ours {
                 map.serialize_entry(key, value)?;
             }
         }
