@@ -309,6 +309,14 @@ pub struct ConfigFile {
     pub tools: Option<Vec<String>>,
     /// Give the agent a plan notebook (`--plan`).
     pub plan: Option<bool>,
+    /// Long-term memory: `agent`, `static` or `both` (`--long-term-memory`).
+    pub long_term_memory: Option<agentry::memory::long_term::LongTermMemoryMode>,
+    /// Whose memories (`--user`).
+    pub user: Option<String>,
+    /// An OpenAI-compatible embeddings endpoint (`--embedding-base-url`).
+    pub embedding_base_url: Option<String>,
+    /// Its model (`--embedding-model`).
+    pub embedding_model: Option<String>,
     /// The context window in tokens, for compaction (`--context-window`).
     pub context_window: Option<u64>,
     /// Compact when a request passes this share of the window (`--compact-at`).

@@ -57,6 +57,8 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Inspect the configured MCP servers.
     Mcp(mcp::McpArgs),
+    /// What long-term memory keeps about a user: list, search, forget
+    Memory(commands::memory::MemoryCommandArgs),
     /// The models the local provider fetches by name: list, pull, path.
     #[cfg(feature = "local")]
     Model(commands::model::ModelArgs),
@@ -130,6 +132,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Chat(args) => chat::chat(args).await,
             Command::Mcp(args) => mcp::mcp(args).await,
+            Command::Memory(args) => commands::memory::memory(args).await,
             #[cfg(feature = "local")]
             Command::Model(args) => commands::model::model(args).await,
             Command::Eval(args) => eval::eval(args).await,

@@ -10,6 +10,7 @@ mod eval;
 mod interactive;
 mod local_model;
 mod mcp;
+mod memory;
 mod permissions;
 mod plan;
 mod run;

@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod eval;
 pub mod mcp;
+pub mod memory;
 #[cfg(feature = "local")]
 pub mod model;
 pub mod run;

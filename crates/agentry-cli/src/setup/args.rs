@@ -83,6 +83,8 @@ pub struct AgentArgs {
     /// the context window [default: 0.8] (config: compact_at)
     #[arg(long, value_name = "RATIO", value_parser = compact_ratio)]
     pub compact_at: Option<f64>,
+    #[command(flatten)]
+    pub memory: super::memory::MemoryArgs,
     /// Give the agent a plan notebook: tools to break a complex task into subtasks and work
     /// through them, a reminder of the plan before each step, and (with --session) the plan kept
     /// with the session (config: "plan": true)

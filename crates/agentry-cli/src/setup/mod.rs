@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod mcp;
+pub mod memory;
 pub mod model;
 pub mod plan;
 pub mod session;
@@ -136,6 +137,16 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
     let (max_iters, parallel, shim) = (plan.max_iters, plan.parallel, plan.tool_shim);
     let plan_notebook = plan.plan_notebook;
     let compaction = plan.compaction.clone();
+    let long_term = match &plan.memory {
+        Some(memory) => match memory::long_term_memory(memory).await {
+            Ok(stored) => Some((Arc::new(stored), memory.mode)),
+            Err(e) => {
+                mcp.close().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     if plan_notebook {
         // Once, in the shared toolkit: each agent's calls reach its own notebook.
         register_plan_tools(&toolkit, false)?;
@@ -146,6 +157,10 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
         let builder = match plan_notebook {
             true => builder.plan_notebook(PlanNotebook::new()),
             false => builder,
+        };
+        let builder = match &long_term {
+            Some((memory, mode)) => builder.long_term_memory(Arc::clone(memory), *mode),
+            None => builder,
         };
         builder
             .name("agentry")

@@ -13,6 +13,7 @@ use anyhow::Context;
 
 use super::args::{AgentArgs, ScriptArgs};
 use super::mcp::load_mcp_servers;
+use super::memory::{MemoryPlan, memory_plan};
 use super::session::StoreArgs;
 use super::tools::ToolSelection;
 use crate::config::{ConfigFile, ProviderConfig, load_config_file, provider_config, tool_shim};
@@ -47,6 +48,8 @@ pub struct AgentPlan {
     pub plan_notebook: bool,
     /// When the conversation is compacted (`--context-window`, `--compact-at`).
     pub compaction: Compaction,
+    /// Long-term memory (`--long-term-memory`), if any.
+    pub memory: Option<MemoryPlan>,
     /// The session continued (`--session`), if any.
     pub session: Option<SessionPlan>,
     /// The config file, for what the command reads besides (script tools' settings).
@@ -104,6 +107,7 @@ impl AgentPlan {
             permissions: permission_rules(args, &file)?,
             plan_notebook: args.plan || file.plan.unwrap_or(false),
             compaction: compaction(args, &file)?,
+            memory: memory_plan(&args.memory, &args.store, &file),
             session: args.session.as_ref().map(|name| SessionPlan {
                 name: name.clone(),
                 store: args.store.clone(),

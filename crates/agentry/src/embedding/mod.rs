@@ -6,6 +6,11 @@
 
 use async_trait::async_trait;
 
+#[cfg(feature = "openai")]
+mod openai;
+#[cfg(feature = "openai")]
+pub use openai::OpenAiEmbedder;
+
 /// What a text is embedded for: models like E5 embed questions and stored passages apart
 /// (`"query: "` and `"passage: "`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,147 @@
+//! Long-term memory for the commands that run an agent (`--long-term-memory MODE`, `--user`),
+//! and the embedder it searches by meaning with: the configured OpenAI-compatible
+//! `/v1/embeddings` endpoint, or else the embedded multilingual model.
+
+use std::sync::Arc;
+
+use agentry::embedding::Embedder;
+use agentry::memory::long_term::LongTermMemoryMode;
+use agentry_store::{SqliteStore, StoredLongTermMemory};
+use clap::Args;
+
+use super::session::StoreArgs;
+use crate::config::ConfigFile;
+use crate::terminal::sanitize;
+
+/// The memory flags every agent command shares (and `agentry memory`'s `--user`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct MemoryArgs {
+    /// Keep a long-term memory of the user across sessions, in the session database: `agent`
+    /// (the model records and retrieves with tools), `static` (retrieved before each reply,
+    /// recorded after it) or `both` (config: long_term_memory)
+    #[arg(long, value_name = "MODE")]
+    pub long_term_memory: Option<LongTermMemoryMode>,
+    /// Whose memories these are [default: the OS user] (config: user)
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Embed with this OpenAI-compatible endpoint (`…/v1`) instead of the embedded model
+    /// (config: embedding_base_url)
+    #[arg(long, value_name = "URL")]
+    pub embedding_base_url: Option<String>,
+    /// The endpoint's embedding model (config: embedding_model)
+    #[arg(long, value_name = "NAME", requires = "embedding_base_url")]
+    pub embedding_model: Option<String>,
+}
+
+/// How an agent's long-term memory is made, resolved.
+#[derive(Debug, Clone)]
+pub struct MemoryPlan {
+    /// How the agent uses it.
+    pub mode: LongTermMemoryMode,
+    /// Whose memories.
+    pub user: String,
+    /// The database.
+    pub store: StoreArgs,
+    /// Where vectors come from.
+    pub embedding: EmbeddingPlan,
+}
+
+/// Where vectors come from.
+#[derive(Debug, Clone)]
+pub enum EmbeddingPlan {
+    /// An OpenAI-compatible endpoint.
+    Endpoint {
+        /// `…/v1`.
+        base_url: String,
+        /// The model name.
+        model: String,
+        /// `OPENAI_API_KEY`, when set.
+        api_key: Option<String>,
+    },
+    /// The embedded model, fetched into the model cache if needed.
+    Local,
+}
+
+/// The user a command acts for: `--user`, the config's `user`, else the OS user.
+pub fn user_name(args: &MemoryArgs, file: &ConfigFile) -> String {
+    args.user
+        .clone()
+        .or_else(|| file.user.clone())
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("USERNAME").ok())
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// Where vectors come from, by the flags and the config file.
+pub fn embedding_plan(args: &MemoryArgs, file: &ConfigFile) -> EmbeddingPlan {
+    match args
+        .embedding_base_url
+        .clone()
+        .or_else(|| file.embedding_base_url.clone())
+    {
+        Some(base_url) => EmbeddingPlan::Endpoint {
+            base_url,
+            model: args
+                .embedding_model
+                .clone()
+                .or_else(|| file.embedding_model.clone())
+                .unwrap_or_else(|| "text-embedding-3-small".to_owned()),
+            api_key: std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty()),
+        },
+        None => EmbeddingPlan::Local,
+    }
+}
+
+/// The memory plan of an agent command, when it asks for long-term memory.
+pub fn memory_plan(args: &MemoryArgs, store: &StoreArgs, file: &ConfigFile) -> Option<MemoryPlan> {
+    let mode = args.long_term_memory.or(file.long_term_memory)?;
+    Some(MemoryPlan {
+        mode,
+        user: user_name(args, file),
+        store: store.clone(),
+        embedding: embedding_plan(args, file),
+    })
+}
+
+/// The embedder of `plan`; `None` (with a warning) when it cannot be had, so that memory works
+/// by words alone rather than not at all.
+pub async fn embedder(plan: &EmbeddingPlan) -> Option<Arc<dyn Embedder>> {
+    match plan {
+        EmbeddingPlan::Endpoint {
+            base_url,
+            model,
+            api_key,
+        } => match agentry::embedding::OpenAiEmbedder::new(base_url, model) {
+            Ok(embedder) => Some(Arc::new(match api_key {
+                Some(key) => embedder.api_key(key.clone()),
+                None => embedder,
+            })),
+            Err(e) => {
+                eprintln!(
+                    "warning: the embedding endpoint cannot be used ({}); memories are searched by their words only",
+                    sanitize::line(&e.to_string())
+                );
+                None
+            }
+        },
+        EmbeddingPlan::Local => local_embedder().await,
+    }
+}
+
+/// The embedded multilingual model (not built into this binary yet: memories are then searched
+/// by their words).
+async fn local_embedder() -> Option<Arc<dyn Embedder>> {
+    None
+}
+
+/// The long-term memory `plan` describes, on its database.
+pub async fn long_term_memory(plan: &MemoryPlan) -> anyhow::Result<StoredLongTermMemory> {
+    let store: Arc<SqliteStore> = plan.store.open()?;
+    let embedder = embedder(&plan.embedding).await;
+    Ok(StoredLongTermMemory::new(
+        (*store).clone(),
+        plan.user.clone(),
+        embedder,
+    ))
+}
