@@ -43,6 +43,7 @@
 mod attach;
 mod error;
 mod grants;
+mod knowledge;
 mod long_term;
 mod memory;
 mod plans;
@@ -59,12 +60,16 @@ mod types;
 pub use attach::SESSION_HOOK;
 pub use error::StoreError;
 pub use grants::{restore_grants, save_grants};
+pub use knowledge::StoredKnowledgeBase;
 pub use long_term::StoredLongTermMemory;
 pub use memory::SessionMemory;
 pub use plans::{PLANS_KEY, SessionPlanStorage};
 pub use recorder::CallRecorder;
 pub use recovery::REPLY_INTERRUPTED_BY_RESTART;
-pub use sqlite::{MemoryState, NewMemory, SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{
+    KnowledgeBaseInfo, MemoryState, NewChunk, NewMemory, SCHEMA_VERSION, SqliteOptions, SqliteStore,
+    StoredChunk, Synchronous,
+};
 pub use store::{Lease, SessionStore};
 pub use tool_groups::{TOOL_GROUPS_KEY, ToolGroupRecorder, restore_tool_groups, save_tool_groups};
 pub use transfer::{EXPORT_FORMAT, EXPORT_VERSION, SessionExport};

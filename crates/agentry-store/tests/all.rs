@@ -8,6 +8,7 @@ mod call_records;
 mod common;
 mod counting;
 mod grants;
+mod knowledge;
 mod long_term;
 mod plans;
 mod recovery;

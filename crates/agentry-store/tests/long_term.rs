@@ -14,8 +14,8 @@ use crate::common::db;
 /// A toy model of meaning: each text's vector counts the concepts its words name, so "pet"
 /// and "dog" land together although they share no letters.
 #[derive(Default)]
-struct Concepts {
-    broken: AtomicBool,
+pub struct Concepts {
+    pub broken: AtomicBool,
 }
 
 const CONCEPTS: [&[&str]; 4] = [

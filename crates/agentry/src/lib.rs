@@ -19,6 +19,7 @@ extern crate self as agentry;
 pub mod agent;
 pub mod embedding;
 mod ids;
+pub mod knowledge;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod memory;

@@ -9,6 +9,8 @@ pub struct VectorSet {
     dimensions: usize,
     ids: Vec<i64>,
     values: Vec<f32>,
+    /// Where each id's vector is.
+    positions: std::collections::HashMap<i64, usize>,
 }
 
 impl VectorSet {
@@ -18,6 +20,7 @@ impl VectorSet {
             dimensions,
             ids: Vec::new(),
             values: Vec::new(),
+            positions: Default::default(),
         }
     }
 
@@ -41,6 +44,11 @@ impl VectorSet {
         if vector.len() != self.dimensions {
             return false;
         }
+        if let Some(&at) = self.positions.get(&id) {
+            self.values[at * self.dimensions..(at + 1) * self.dimensions].copy_from_slice(vector);
+            return true;
+        }
+        self.positions.insert(id, self.ids.len());
         self.ids.push(id);
         self.values.extend_from_slice(vector);
         true
@@ -48,8 +56,11 @@ impl VectorSet {
 
     /// Removes the vector of `id`, if it is there.
     pub fn remove(&mut self, id: i64) {
-        if let Some(at) = self.ids.iter().position(|&i| i == id) {
+        if let Some(at) = self.positions.remove(&id) {
             self.ids.swap_remove(at);
+            if let Some(&moved) = self.ids.get(at) {
+                self.positions.insert(moved, at);
+            }
             let d = self.dimensions;
             let last = self.ids.len() * d;
             if at * d != last {
@@ -58,6 +69,13 @@ impl VectorSet {
             }
             self.values.truncate(last);
         }
+    }
+
+    /// The score of `id`'s vector against `query`, if the set holds it.
+    pub fn score(&self, id: i64, query: &[f32]) -> Option<f32> {
+        let at = *self.positions.get(&id)?;
+        let d = self.dimensions;
+        (query.len() == d).then(|| dot(query, &self.values[at * d..at * d + d]))
     }
 
     /// The `limit` ids nearest to `query`, with their scores, best first.
@@ -130,6 +148,10 @@ mod tests {
         set.remove(1);
         let found = set.nearest(&[1.0, 0.0], 5);
         assert_eq!(found.iter().map(|f| f.0).collect::<Vec<_>>(), [3, 2]);
+        assert_eq!(set.score(3, &[1.0, 0.0]), Some(0.6));
+        assert_eq!(set.score(1, &[1.0, 0.0]), None);
+        set.push(2, &[1.0, 0.0]);
+        assert_eq!((set.len(), set.score(2, &[1.0, 0.0])), (2, Some(1.0)));
         assert_eq!(from_bytes(&to_bytes(&[0.25, -1.5])), Some(vec![0.25, -1.5]));
         assert_eq!(dot(&[1.0; 11], &[2.0; 11]), 22.0);
     }

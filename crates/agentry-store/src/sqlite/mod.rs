@@ -19,6 +19,7 @@ mod crash;
 mod derived;
 mod events;
 mod grants;
+mod knowledge;
 mod lease;
 mod memories;
 mod messages;
@@ -46,6 +47,7 @@ use crate::{
     CallRecord, Grant, Lease, PendingApproval, PendingApprovals, Recovered, SessionId, SessionInfo,
     SessionStore, StoreError, StoredEvent, UsageTotals,
 };
+pub use knowledge::{KnowledgeBaseInfo, NewChunk, StoredChunk};
 use lease::Leases;
 pub use memories::{MemoryState, NewMemory};
 pub use schema::SCHEMA_VERSION;

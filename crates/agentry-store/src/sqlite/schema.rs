@@ -149,8 +149,39 @@ CREATE INDEX memories_user ON memories (user_name, id);
 CREATE VIRTUAL TABLE memories_fts USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 2');
 ";
 
+/// Version 6: knowledge bases: documents (by path, with the hash of the content they were
+/// read from) cut into chunks, each with its full-text terms and vector, as for memories.
+const V6: &str = "
+CREATE TABLE knowledge_bases (
+    id          INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE,
+    created_at  TEXT NOT NULL
+) STRICT;
+CREATE TABLE knowledge_documents (
+    id          INTEGER PRIMARY KEY,
+    base_id     INTEGER NOT NULL REFERENCES knowledge_bases(id) ON DELETE CASCADE,
+    path        TEXT NOT NULL,
+    hash        TEXT NOT NULL,           -- SHA-256 of the file as read
+    title       TEXT,
+    added_at    TEXT NOT NULL,
+    UNIQUE (base_id, path)
+) STRICT;
+CREATE TABLE knowledge_chunks (
+    id          INTEGER PRIMARY KEY,
+    document_id INTEGER NOT NULL REFERENCES knowledge_documents(id) ON DELETE CASCADE,
+    base_id     INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    content     TEXT NOT NULL,
+    model       TEXT,
+    embedding   BLOB
+) STRICT;
+CREATE INDEX knowledge_chunks_document ON knowledge_chunks (document_id);
+CREATE INDEX knowledge_chunks_base ON knowledge_chunks (base_id, id);
+CREATE VIRTUAL TABLE knowledge_fts USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 2');
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
 pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::events::EventHub;
 use super::finished::{DEFAULT_FINISHED_CALLS, FinishedCalls};
 use super::{AgentConfig, AgentError, AgentHook, AgentInner, ReActAgent, SessionState, Settings};
+use crate::knowledge::{AgentKnowledge, KnowledgeBase, register_knowledge_tool};
 use crate::memory::long_term::{
     AgentLongTermMemory, LongTermMemory, LongTermMemoryMode, register_memory_tools,
 };
@@ -51,6 +52,8 @@ pub struct ReActAgentBuilder {
     plan: Option<PlanNotebook>,
     compaction: Option<super::Compaction>,
     long_term: Option<(Arc<dyn LongTermMemory>, LongTermMemoryMode)>,
+    knowledge: Vec<Arc<dyn KnowledgeBase>>,
+    keep_query: bool,
 }
 
 /// How many `on_cancel` callbacks may run at once per agent by default.
@@ -286,6 +289,21 @@ impl ReActAgentBuilder {
         self
     }
 
+    /// Adds a knowledge base (call again for more): before each reply the user's message
+    /// retrieves its best chunks, and the model gets the tool `retrieve_knowledge`. See
+    /// [`knowledge`](crate::knowledge).
+    pub fn knowledge(mut self, base: impl KnowledgeBase) -> Self {
+        self.knowledge.push(Arc::new(base));
+        self
+    }
+
+    /// Whether the model first rewrites the user's message into a search query for the
+    /// knowledge bases (default on; on any failure the message itself is used).
+    pub fn rewrite_query(mut self, rewrite: bool) -> Self {
+        self.keep_query = !rewrite;
+        self
+    }
+
     /// The plan notebook given with [`Self::plan_notebook`], for whoever binds it to storage
     /// (`agentry-store` binds it to the session it attaches).
     pub fn plan(&self) -> Option<&PlanNotebook> {
@@ -293,7 +311,7 @@ impl ReActAgentBuilder {
     }
 
     /// Builds the agent.
-    pub fn build(self) -> Result<ReActAgent, AgentError> {
+    pub fn build(mut self) -> Result<ReActAgent, AgentError> {
         let model = self
             .model
             .ok_or_else(|| AgentError::Config("a ReActAgent needs a model: call .model(...)".into()))?;
@@ -306,6 +324,13 @@ impl ReActAgentBuilder {
         if self.long_term.as_ref().is_some_and(|(_, mode)| mode.has_tools()) {
             register_memory_tools(&toolkit)
                 .map_err(|e| AgentError::Config(format!("cannot add the memory tools: {e}")))?;
+        }
+        let knowledge =
+            (!self.knowledge.is_empty()).then(|| (AgentKnowledge(self.knowledge), !self.keep_query));
+        if let Some((bases, _)) = &knowledge {
+            register_knowledge_tool(&toolkit)
+                .map_err(|e| AgentError::Config(format!("cannot add the knowledge tool: {e}")))?;
+            self.extensions.insert(bases.clone());
         }
         if self.plan.is_some() {
             register_plan_tools(&toolkit, self.enable_meta_tool)
@@ -337,6 +362,7 @@ impl ReActAgentBuilder {
                     plan: self.plan,
                     compaction: self.compaction.unwrap_or_default(),
                     long_term: self.long_term,
+                    knowledge,
                     trace: super::trace::TraceSettings {
                         content: self.trace_content.unwrap_or_else(super::trace::content_from_env),
                         conversation_id: self.conversation_id,

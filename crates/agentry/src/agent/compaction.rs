@@ -235,7 +235,7 @@ impl ReplyCx<'_> {
                 tool_choice: Some(ToolChoice::None),
                 max_tokens: Some(SUMMARY_ANSWER_TOKENS as u32),
             };
-            match self.summary_call(summary_request).await {
+            match self.side_call(summary_request).await {
                 Ok(Some(answer)) => earlier = Some(summary_text(&answer)),
                 Ok(None) => return Ok(None),
                 Err(e) => {
@@ -247,8 +247,9 @@ impl ReplyCx<'_> {
         Ok(earlier)
     }
 
-    /// One summary request: its answer's text, `None` when the reply was cancelled meanwhile.
-    async fn summary_call(&mut self, request: ChatRequest) -> Result<Option<String>, AgentError> {
+    /// A model call of the runtime's own (a summary, a rewritten query): its answer's text,
+    /// never shown as a message; `None` when the reply was cancelled meanwhile.
+    pub(super) async fn side_call(&mut self, request: ChatRequest) -> Result<Option<String>, AgentError> {
         let mut stream = super::trace::chat(self.inner, &self.agent_span, request);
         let mut last = None;
         loop {

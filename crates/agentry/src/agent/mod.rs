@@ -168,6 +168,9 @@ pub(crate) struct AgentConfig {
     pub(crate) plan: Option<crate::plan::PlanNotebook>,
     /// When the context is compacted.
     pub(crate) compaction: Compaction,
+    /// The knowledge bases retrieved from before each reply, and whether the question is
+    /// rewritten into a search query first.
+    pub(crate) knowledge: Option<(crate::knowledge::AgentKnowledge, bool)>,
     /// The user's long-term memory and how the agent uses it.
     pub(crate) long_term: Option<(
         std::sync::Arc<dyn crate::memory::long_term::LongTermMemory>,

@@ -1,0 +1,154 @@
+//! A knowledge base in the session database, searched by words and by meaning like long-term
+//! memory ([`crate::StoredLongTermMemory`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agentry::embedding::{EmbedPurpose, Embedder};
+use agentry::knowledge::{KnowledgeBase, KnowledgeChunk, KnowledgeError};
+use async_trait::async_trait;
+
+use crate::search::fusion::fuse;
+use crate::search::vectors::VectorSet;
+use crate::{SqliteStore, StoreError};
+
+/// How many candidates each ranking offers the fusion, per chunk asked for.
+const CANDIDATES_PER_RESULT: usize = 4;
+
+/// One knowledge base of a [`SqliteStore`] (made with `agentry kb add`, or
+/// [`SqliteStore::open_knowledge_base`] and [`SqliteStore::replace_document`]): give it to
+/// [`ReActAgentBuilder::knowledge`](agentry::agent::ReActAgentBuilder::knowledge).
+///
+/// A chunk's score is the cosine similarity of its vector and the query's; without an
+/// embedder (or for a chunk without a vector) it is a rank-based score below 0.05.
+pub struct StoredKnowledgeBase {
+    store: SqliteStore,
+    id: i64,
+    name: String,
+    embedder: Option<Arc<dyn Embedder>>,
+    /// The base's vectors and the (count, last id) of its chunks they were read at.
+    vectors: tokio::sync::Mutex<Option<((i64, i64), VectorSet)>>,
+}
+
+impl std::fmt::Debug for StoredKnowledgeBase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredKnowledgeBase")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl StoredKnowledgeBase {
+    /// The base named `name` in `store`; [`StoreError::Decode`]-free: `None` when there is no
+    /// such base.
+    pub async fn open(
+        store: SqliteStore,
+        name: &str,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Result<Option<Self>, StoreError> {
+        let Some(info) = store.knowledge_base(name).await? else {
+            return Ok(None);
+        };
+        Ok(Some(StoredKnowledgeBase {
+            store,
+            id: info.id,
+            name: info.name,
+            embedder,
+            vectors: tokio::sync::Mutex::new(None),
+        }))
+    }
+
+    async fn search(
+        &self,
+        query: &str,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> Result<Vec<KnowledgeChunk>, StoreError> {
+        let candidates = limit * CANDIDATES_PER_RESULT;
+        let lexical = self.store.lexical_chunks(self.id, query, candidates).await?;
+        let query_vector = match &self.embedder {
+            Some(embedder) => match embedder.embed(vec![query.to_owned()], EmbedPurpose::Query).await {
+                Ok(mut vectors) if !vectors.is_empty() => {
+                    Some((embedder.model_id().to_owned(), vectors.swap_remove(0)))
+                }
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, base = %self.name, "the knowledge base is searched by words only");
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut cosines: HashMap<i64, f32> = HashMap::new();
+        let mut semantic = Vec::new();
+        if let Some((model, vector)) = &query_vector {
+            let state = self.store.chunk_state(self.id).await?;
+            let mut cached = self.vectors.lock().await;
+            if cached.as_ref().is_none_or(|(seen, _)| *seen != state) {
+                let mut set = VectorSet::new(vector.len());
+                for (id, v) in self.store.chunk_vectors(self.id, model).await? {
+                    set.push(id, &v);
+                }
+                *cached = Some((state, set));
+            }
+            if let Some((_, set)) = cached.as_ref() {
+                for (id, score) in set.nearest(vector, candidates) {
+                    if score > 0.0 {
+                        semantic.push(id);
+                    }
+                    cosines.insert(id, score);
+                }
+                for id in &lexical {
+                    if let Some(score) = set.score(*id, vector) {
+                        cosines.insert(*id, score);
+                    }
+                }
+            }
+        }
+        let fused = fuse(&[&semantic, &lexical]);
+        let order: Vec<(i64, f32)> = fused
+            .into_iter()
+            .map(|(id, rank_score)| (id, cosines.get(&id).copied().unwrap_or(rank_score)))
+            .filter(|(_, score)| score_threshold.is_none_or(|t| *score >= t))
+            .take(limit)
+            .collect();
+        let chunks = self
+            .store
+            .chunks_by_id(self.id, order.iter().map(|(id, _)| *id).collect())
+            .await?;
+        Ok(chunks
+            .into_iter()
+            .map(|chunk| {
+                let score = order
+                    .iter()
+                    .find(|(id, _)| *id == chunk.id)
+                    .map_or(0.0, |(_, s)| *s);
+                KnowledgeChunk::new(chunk.content, chunk.path, self.name.clone(), score)
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl KnowledgeBase for StoredKnowledgeBase {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn retrieve(
+        &self,
+        query: &str,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> Result<Vec<KnowledgeChunk>, KnowledgeError> {
+        if query.trim().is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.search(query, limit, score_threshold)
+            .await
+            .map_err(|e| KnowledgeError {
+                base: self.name.clone(),
+                reason: e.to_string(),
+            })
+    }
+}
