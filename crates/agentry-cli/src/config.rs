@@ -309,6 +309,11 @@ pub struct ConfigFile {
     pub tools: Option<Vec<String>>,
     /// Give the agent a plan notebook (`--plan`).
     pub plan: Option<bool>,
+    /// Knowledge bases retrieved from (`--knowledge`).
+    #[serde(default)]
+    pub knowledge: Vec<String>,
+    /// Whether the model rewrites the question for the knowledge bases (`--no-rewrite-query`).
+    pub rewrite_query: Option<bool>,
     /// Long-term memory: `agent`, `static` or `both` (`--long-term-memory`).
     pub long_term_memory: Option<agentry::memory::long_term::LongTermMemoryMode>,
     /// Whose memories (`--user`).

@@ -57,6 +57,8 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Inspect the configured MCP servers.
     Mcp(mcp::McpArgs),
+    /// Knowledge bases for --knowledge: add files, list, search, delete
+    Kb(commands::kb::KbArgs),
     /// What long-term memory keeps about a user: list, search, forget
     Memory(commands::memory::MemoryCommandArgs),
     /// The models the local provider fetches by name: list, pull, path.
@@ -133,6 +135,7 @@ fn main() -> ExitCode {
             Command::Chat(args) => chat::chat(args).await,
             Command::Mcp(args) => mcp::mcp(args).await,
             Command::Memory(args) => commands::memory::memory(args).await,
+            Command::Kb(args) => commands::kb::kb(args).await,
             #[cfg(feature = "local")]
             Command::Model(args) => commands::model::model(args).await,
             Command::Eval(args) => eval::eval(args).await,

@@ -8,6 +8,7 @@ mod cassette;
 mod crash;
 mod eval;
 mod interactive;
+mod knowledge;
 mod local_model;
 mod mcp;
 mod memory;

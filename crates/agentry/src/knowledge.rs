@@ -71,6 +71,22 @@ pub trait KnowledgeBase: Send + Sync + 'static {
     ) -> Result<Vec<KnowledgeChunk>, KnowledgeError>;
 }
 
+#[async_trait]
+impl<T: KnowledgeBase + ?Sized> KnowledgeBase for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    async fn retrieve(
+        &self,
+        query: &str,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> Result<Vec<KnowledgeChunk>, KnowledgeError> {
+        (**self).retrieve(query, limit, score_threshold).await
+    }
+}
+
 /// The agent's bases as the `retrieve_knowledge` tool finds them in its context.
 #[derive(Clone, Default)]
 pub struct AgentKnowledge(pub Vec<Arc<dyn KnowledgeBase>>);

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod eval;
+pub mod kb;
 pub mod mcp;
 pub mod memory;
 #[cfg(feature = "local")]

@@ -85,6 +85,14 @@ pub struct AgentArgs {
     pub compact_at: Option<f64>,
     #[command(flatten)]
     pub memory: super::memory::MemoryArgs,
+    /// Retrieve from this knowledge base (made with `agentry kb add`) before each reply, and
+    /// give the model the tool retrieve_knowledge; repeatable (config: knowledge)
+    #[arg(long = "knowledge", value_name = "NAME")]
+    pub knowledge: Vec<String>,
+    /// Search the knowledge bases with the user's message as it is, without having the model
+    /// rewrite it into a search query first (config: rewrite_query)
+    #[arg(long)]
+    pub no_rewrite_query: bool,
     /// Give the agent a plan notebook: tools to break a complex task into subtasks and work
     /// through them, a reminder of the plan before each step, and (with --session) the plan kept
     /// with the session (config: "plan": true)

@@ -42,8 +42,6 @@ pub struct MemoryPlan {
     pub user: String,
     /// The database.
     pub store: StoreArgs,
-    /// Where vectors come from.
-    pub embedding: EmbeddingPlan,
 }
 
 /// Where vectors come from.
@@ -100,7 +98,6 @@ pub fn memory_plan(args: &MemoryArgs, store: &StoreArgs, file: &ConfigFile) -> O
         mode,
         user: user_name(args, file),
         store: store.clone(),
-        embedding: embedding_plan(args, file),
     })
 }
 
@@ -136,12 +133,39 @@ async fn local_embedder() -> Option<Arc<dyn Embedder>> {
 }
 
 /// The long-term memory `plan` describes, on its database.
-pub async fn long_term_memory(plan: &MemoryPlan) -> anyhow::Result<StoredLongTermMemory> {
+pub fn long_term_memory(
+    plan: &MemoryPlan,
+    embedder: Option<Arc<dyn Embedder>>,
+) -> anyhow::Result<StoredLongTermMemory> {
     let store: Arc<SqliteStore> = plan.store.open()?;
-    let embedder = embedder(&plan.embedding).await;
     Ok(StoredLongTermMemory::new(
         (*store).clone(),
         plan.user.clone(),
         embedder,
     ))
+}
+
+/// The knowledge bases named by `--knowledge`, on the database of `store`; an unknown name is
+/// an error that says how to make it.
+pub async fn knowledge_bases(
+    names: &[String],
+    store: &StoreArgs,
+    embedder: Option<Arc<dyn Embedder>>,
+) -> anyhow::Result<Vec<agentry_store::StoredKnowledgeBase>> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let opened: Arc<SqliteStore> = store.open()?;
+    let mut bases = Vec::new();
+    for name in names {
+        match agentry_store::StoredKnowledgeBase::open((*opened).clone(), name, embedder.clone()).await? {
+            Some(base) => bases.push(base),
+            None => anyhow::bail!(
+                "there is no knowledge base {}: make it with `agentry kb add {} PATH…`",
+                sanitize::line(name),
+                sanitize::line(name)
+            ),
+        }
+    }
+    Ok(bases)
 }

@@ -137,8 +137,13 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
     let (max_iters, parallel, shim) = (plan.max_iters, plan.parallel, plan.tool_shim);
     let plan_notebook = plan.plan_notebook;
     let compaction = plan.compaction.clone();
+    // One embedder for memory and knowledge, loaded only when one of them is used.
+    let embedder = match plan.memory.is_some() || !plan.knowledge.is_empty() {
+        true => memory::embedder(&plan.embedding).await,
+        false => None,
+    };
     let long_term = match &plan.memory {
-        Some(memory) => match memory::long_term_memory(memory).await {
+        Some(memory) => match memory::long_term_memory(memory, embedder.clone()) {
             Ok(stored) => Some((Arc::new(stored), memory.mode)),
             Err(e) => {
                 mcp.close().await;
@@ -147,6 +152,15 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
         },
         None => None,
     };
+    let bases: Vec<Arc<agentry_store::StoredKnowledgeBase>> =
+        match memory::knowledge_bases(&plan.knowledge, &plan.store, embedder).await {
+            Ok(bases) => bases.into_iter().map(Arc::new).collect(),
+            Err(e) => {
+                mcp.close().await;
+                return Err(e);
+            }
+        };
+    let rewrite_query = plan.rewrite_query;
     if plan_notebook {
         // Once, in the shared toolkit: each agent's calls reach its own notebook.
         register_plan_tools(&toolkit, false)?;
@@ -162,6 +176,10 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
             Some((memory, mode)) => builder.long_term_memory(Arc::clone(memory), *mode),
             None => builder,
         };
+        let builder = bases
+            .iter()
+            .fold(builder, |builder, base| builder.knowledge(Arc::clone(base)))
+            .rewrite_query(rewrite_query);
         builder
             .name("agentry")
             .sys_prompt(system.clone())

@@ -13,7 +13,7 @@ use anyhow::Context;
 
 use super::args::{AgentArgs, ScriptArgs};
 use super::mcp::load_mcp_servers;
-use super::memory::{MemoryPlan, memory_plan};
+use super::memory::{EmbeddingPlan, MemoryPlan, embedding_plan, memory_plan};
 use super::session::StoreArgs;
 use super::tools::ToolSelection;
 use crate::config::{ConfigFile, ProviderConfig, load_config_file, provider_config, tool_shim};
@@ -50,6 +50,14 @@ pub struct AgentPlan {
     pub compaction: Compaction,
     /// Long-term memory (`--long-term-memory`), if any.
     pub memory: Option<MemoryPlan>,
+    /// The knowledge bases (`--knowledge`), with the database they are in.
+    pub knowledge: Vec<String>,
+    /// The model rewrites the question for them.
+    pub rewrite_query: bool,
+    /// Where memory and knowledge vectors come from.
+    pub embedding: EmbeddingPlan,
+    /// The database of memory and knowledge.
+    pub store: StoreArgs,
     /// The session continued (`--session`), if any.
     pub session: Option<SessionPlan>,
     /// The config file, for what the command reads besides (script tools' settings).
@@ -108,6 +116,14 @@ impl AgentPlan {
             plan_notebook: args.plan || file.plan.unwrap_or(false),
             compaction: compaction(args, &file)?,
             memory: memory_plan(&args.memory, &args.store, &file),
+            knowledge: if args.knowledge.is_empty() {
+                file.knowledge.clone()
+            } else {
+                args.knowledge.clone()
+            },
+            rewrite_query: !args.no_rewrite_query && file.rewrite_query.unwrap_or(true),
+            embedding: embedding_plan(&args.memory, &file),
+            store: args.store.clone(),
             session: args.session.as_ref().map(|name| SessionPlan {
                 name: name.clone(),
                 store: args.store.clone(),
