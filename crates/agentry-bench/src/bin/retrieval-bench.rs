@@ -38,7 +38,9 @@ impl Embedder for Fixed {
 }
 
 fn seed(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// A unit vector from a seed (xorshift).
@@ -88,7 +90,9 @@ fn main() -> anyhow::Result<()> {
     let count: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100_000);
     let queries: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(300);
     // One core: the runtime's own thread and the store's blocking thread take turns.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let dir = tempfile::tempdir()?;
         let store = SqliteStore::open(dir.path().join("bench.db"))?;
@@ -119,7 +123,10 @@ fn main() -> anyhow::Result<()> {
                 .replace_document(base.id, &format!("doc{d}.md"), "h", None, chunks)
                 .await?;
         }
-        eprintln!("filled {count} memories and {count} chunks in {:.1} s", started.elapsed().as_secs_f64());
+        eprintln!(
+            "filled {count} memories and {count} chunks in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
 
         let memory = StoredLongTermMemory::new(store.clone(), "bench", Some(Arc::clone(&embedder)));
         let knowledge = StoredKnowledgeBase::open(store.clone(), "bench", Some(embedder))
@@ -129,7 +136,10 @@ fn main() -> anyhow::Result<()> {
         let first = Instant::now();
         memory.retrieve("warm up", 5).await?;
         knowledge.retrieve("warm up", 5, None).await?;
-        eprintln!("first retrievals (vectors read from disk): {:.0} ms", first.elapsed().as_secs_f64() * 1000.0);
+        eprintln!(
+            "first retrievals (vectors read from disk): {:.0} ms",
+            first.elapsed().as_secs_f64() * 1000.0
+        );
         let mut memory_times = Vec::with_capacity(queries);
         let mut chunk_times = Vec::with_capacity(queries);
         for q in 0..queries {
