@@ -1,6 +1,6 @@
 //! The encoder's steps between its matrix products, as candle CPU operations: each fuses the
-//! bias of the product before it and runs in parallel (candle's broadcast add, GELU and
-//! attention softmax ran on one thread and took a third of the time).
+//! bias of the product before it and runs in parallel (candle's broadcast add and GELU ran on
+//! one thread and, with its softmax, took a third of the time).
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use rayon::prelude::*;
@@ -144,134 +144,63 @@ pub(crate) fn erf(x: f32) -> f32 {
     x * p / q
 }
 
-/// Self-attention of packed texts: `qkv` holds, for every token of every text one after the
-/// other, its queries, keys and values (`3 x hidden`, before their bias); the result holds
-/// each token's attended values, `hidden` wide. Each text attends to itself only, so no mask.
-pub(crate) struct Attention<'a> {
-    /// The tokens of each text, in order.
-    pub(crate) lengths: &'a [usize],
-    pub(crate) heads: usize,
-    /// The bias of the queries, keys and values.
+/// `qkv + bias`, the query columns (the first third) also scaled by `scale`.
+pub(crate) struct QkvBias<'a> {
     pub(crate) bias: &'a [f32],
+    pub(crate) scale: f32,
 }
 
-impl CustomOp1 for Attention<'_> {
+impl CustomOp1 for QkvBias<'_> {
     fn name(&self) -> &'static str {
-        "packed-self-attention"
+        "qkv-bias"
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let qkv = values(storage, layout)?;
+        let x = values(storage, layout)?;
         let width = self.bias.len();
-        check_rows(qkv, width, self.bias)?;
-        let hidden = width / 3;
-        let tokens: usize = self.lengths.iter().sum();
-        if hidden * 3 != width
-            || self.heads == 0
-            || !hidden.is_multiple_of(self.heads)
-            || qkv.len() != tokens * width
-        {
-            candle_core::bail!(
-                "cannot attend over {} values of {tokens} tokens with {} heads",
-                qkv.len(),
-                self.heads
-            );
-        }
-        let head_dim = hidden / self.heads;
-        // One task per text and head; each returns its (len, head_dim) block.
-        let mut tasks = Vec::with_capacity(self.lengths.len() * self.heads);
-        let mut start = 0;
-        for &len in self.lengths {
-            for head in 0..self.heads {
-                tasks.push((start, len, head));
-            }
-            start += len;
-        }
-        let blocks: Vec<Vec<f32>> = tasks
-            .par_iter()
-            .map(|&(start, len, head)| {
-                let rows = &qkv[start * width..(start + len) * width];
-                attend_head(rows, width, self.bias, head * head_dim, head_dim, hidden)
-            })
-            .collect();
-        let mut out = vec![0f32; tokens * hidden];
-        for (&(start, len, head), block) in tasks.iter().zip(&blocks) {
-            for (t, values) in block.chunks_exact(head_dim).enumerate().take(len) {
-                let at = (start + t) * hidden + head * head_dim;
-                out[at..at + head_dim].copy_from_slice(values);
-            }
-        }
-        Ok((CpuStorage::F32(out), Shape::from((tokens, hidden))))
+        check_rows(x, width, self.bias)?;
+        let queries = width / 3;
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(width)
+            .zip(x.par_chunks(width))
+            .for_each(|(out, x)| {
+                for (i, ((o, v), b)) in out.iter_mut().zip(x).zip(self.bias).enumerate() {
+                    *o = if i < queries { (v + b) * self.scale } else { v + b };
+                }
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }
 
-/// One head over one text's `rows` of queries, keys and values: `softmax(q k^T / √d) v`, the
-/// head's columns starting at `column`, `(len, dim)`.
-fn attend_head(
-    rows: &[f32],
-    width: usize,
-    bias: &[f32],
-    column: usize,
-    dim: usize,
-    hidden: usize,
-) -> Vec<f32> {
-    let len = rows.len() / width;
-    let scale = 1.0 / (dim as f32).sqrt();
-    let part = |offset: usize| {
-        (
-            offset + column..offset + column + dim,
-            &bias[offset + column..offset + column + dim],
-        )
-    };
-    let (q_cols, q_bias) = part(0);
-    let (k_cols, k_bias) = part(hidden);
-    let (v_cols, v_bias) = part(2 * hidden);
-    // Queries and values by token, keys by dimension: a query's scores are then `dim` sums of
-    // whole rows, which vectorise (dot products would each end in a horizontal sum).
-    let mut q = Vec::with_capacity(len * dim);
-    let mut v = Vec::with_capacity(len * dim);
-    let mut keys = vec![0f32; dim * len];
-    for (t, row) in rows.chunks_exact(width).enumerate() {
-        q.extend(
-            row[q_cols.clone()]
-                .iter()
-                .zip(q_bias)
-                .map(|(x, b)| (x + b) * scale),
-        );
-        v.extend(row[v_cols.clone()].iter().zip(v_bias).map(|(x, b)| x + b));
-        for (d, (x, b)) in row[k_cols.clone()].iter().zip(k_bias).enumerate() {
-            keys[d * len + t] = x + b;
-        }
-    }
-    let mut out = vec![0f32; len * dim];
-    let mut weights = vec![0f32; len];
-    // The loops below, compiled for the CPU's vector instructions (AVX2 and FMA where present).
-    for (query, out) in q.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        attend_query(query, &keys, &v, &mut weights, out);
-    }
-    out
-}
+/// Softmax over the last dimension, row by row in parallel.
+pub(crate) struct Softmax;
 
-/// One query's attended values into `out`; `weights` is scratch of the text's length.
-fn attend_query(query: &[f32], keys: &[f32], values: &[f32], weights: &mut [f32], out: &mut [f32]) {
-    let len = weights.len();
-    weights.iter_mut().for_each(|w| *w = 0.0);
-    for (factor, keys) in query.iter().zip(keys.chunks_exact(len)) {
-        for (w, k) in weights.iter_mut().zip(keys) {
-            *w += factor * k;
-        }
+impl CustomOp1 for Softmax {
+    fn name(&self) -> &'static str {
+        "softmax-rows"
     }
-    let max = weights.iter().fold(f32::NEG_INFINITY, |m, w| m.max(*w));
-    weights.iter_mut().for_each(|w| *w = (*w - max).exp());
-    let sum: f32 = weights.iter().sum();
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for (w, value) in weights.iter().zip(values.chunks_exact(out.len())) {
-        for (o, x) in out.iter_mut().zip(value) {
-            *o += w * x;
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = values(storage, layout)?;
+        let width = layout.shape().dims().last().copied().unwrap_or(0);
+        if width == 0 || !x.len().is_multiple_of(width) {
+            candle_core::bail!("cannot take rows of {width} from {} values", x.len());
         }
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(width)
+            .zip(x.par_chunks(width))
+            .for_each(|(out, x)| {
+                let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+                let mut sum = 0f32;
+                for (o, v) in out.iter_mut().zip(x) {
+                    *o = (v - max).exp();
+                    sum += *o;
+                }
+                let inverse = 1.0 / sum;
+                out.iter_mut().for_each(|o| *o *= inverse);
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
-    let inverse = 1.0 / sum;
-    out.iter_mut().for_each(|o| *o *= inverse);
 }
 
 #[cfg(test)]
