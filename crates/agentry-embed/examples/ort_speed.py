@@ -8,11 +8,12 @@ reads it as the crate does (the E5S1 layout of src/file.rs), expands the Q4_0 we
 builds the BERT graph (mean pooling, L2 norm) with onnx.helper, and rebuilds the tokenizer with
 the `tokenizers` package from the file's vocabulary and src/nmt_nfkc.charsmap. It checks the
 reference vectors of tests/fixtures/reference.json, then times eight texts of exactly 256 tokens
-(the same texts as speed.rs), one at a time and eight at once, on 2 intra-op threads.
-Prints one JSON line.
+(the same texts as speed.rs), one at a time and eight at once, on 2 intra-op threads, and one
+short query (11 tokens, the median of 20). Prints one JSON line.
 """
 import json
 import os
+import resource
 import struct
 import sys
 import time
@@ -181,9 +182,17 @@ def main():
             for j in range(0, len(batch), size):
                 run(batch[j:j + size])
         rates[f'batch_{size}'] = rounds * len(batch) / (time.perf_counter() - started)
+    query = tok.encode('query: what is my pet called?').ids
+    times = []
+    for _ in range(20):
+        started = time.perf_counter()
+        run([query])
+        times.append((time.perf_counter() - started) * 1e3)
     print(json.dumps({'engine': f'onnxruntime {ort.__version__} f32 (CPU, 2 intra-op threads)',
                       'largest_difference_from_reference': largest,
-                      'tokens_per_text': [len(b) for b in batch], 'embeddings_per_second': rates}))
+                      'tokens_per_text': [len(b) for b in batch], 'embeddings_per_second': rates,
+                      'short_query_ms': sorted(times)[len(times) // 2],
+                      'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
-//! Embeddings per second for 256-token texts, one at a time and eight at once:
+//! Embeddings per second for 256-token texts, one at a time and eight at once, and the time of
+//! one short query (11 tokens, the median of 20):
 //! `cargo run --release -p agentry-embed --example speed -- MODEL.bin [ROUNDS]` (the model is
 //! `agentry model pull multilingual-e5-small`'s file). Threads: `RAYON_NUM_THREADS` (default: one
 //! per core). The same texts as `ort_speed.py` beside this file, which runs onnxruntime on the same
@@ -77,6 +78,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let seconds = started.elapsed().as_secs_f64();
         rates.push((batch, (rounds * texts.len()) as f64 / seconds));
     }
+    let mut query_ms = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        embedder.embed_blocking(&["what is my pet called?"], EmbedPurpose::Query)?;
+        query_ms.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    query_ms.sort_by(f64::total_cmp);
     println!(
         "{}",
         serde_json::json!({
@@ -88,6 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .iter()
                 .map(|(b, r)| (format!("batch_{b}"), serde_json::json!(r)))
                 .collect::<serde_json::Map<_, _>>(),
+            "short_query_ms": query_ms[query_ms.len() / 2],
             "rss_after_load_mb": rss_after_load,
             "peak_rss_during_load_mb": peak_after_load,
             "peak_rss_mb": memory_mb("VmHWM:"),
