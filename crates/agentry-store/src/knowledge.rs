@@ -8,8 +8,9 @@ use agentry::embedding::{EmbedPurpose, Embedder};
 use agentry::knowledge::{KnowledgeBase, KnowledgeChunk, KnowledgeError};
 use async_trait::async_trait;
 
+use crate::search::embed_or_words;
 use crate::search::fusion::fuse;
-use crate::search::vectors::VectorSet;
+use crate::search::vectors::VectorCache;
 use crate::{SqliteStore, StoreError};
 
 /// How many candidates each ranking offers the fusion, per chunk asked for.
@@ -27,7 +28,7 @@ pub struct StoredKnowledgeBase {
     name: String,
     embedder: Option<Arc<dyn Embedder>>,
     /// The base's vectors and the (count, last id) of its chunks they were read at.
-    vectors: tokio::sync::Mutex<Option<((i64, i64), VectorSet)>>,
+    vectors: VectorCache<(i64, i64)>,
 }
 
 impl std::fmt::Debug for StoredKnowledgeBase {
@@ -54,7 +55,7 @@ impl StoredKnowledgeBase {
             id: info.id,
             name: info.name,
             embedder,
-            vectors: tokio::sync::Mutex::new(None),
+            vectors: VectorCache::default(),
         }))
     }
 
@@ -66,42 +67,31 @@ impl StoredKnowledgeBase {
     ) -> Result<Vec<KnowledgeChunk>, StoreError> {
         let candidates = limit * CANDIDATES_PER_RESULT;
         let lexical = self.store.lexical_chunks(self.id, query, candidates).await?;
-        let query_vector = match &self.embedder {
-            Some(embedder) => match embedder.embed(vec![query.to_owned()], EmbedPurpose::Query).await {
-                Ok(mut vectors) if !vectors.is_empty() => {
-                    Some((embedder.model_id().to_owned(), vectors.swap_remove(0)))
-                }
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, base = %self.name, "the knowledge base is searched by words only");
-                    None
-                }
-            },
-            None => None,
-        };
+        let query_vector = embed_or_words(
+            self.embedder.as_ref(),
+            vec![query.to_owned()],
+            EmbedPurpose::Query,
+            "the knowledge base is searched",
+        )
+        .await
+        .and_then(|(model, mut vectors)| (!vectors.is_empty()).then(|| (model, vectors.swap_remove(0))));
         let mut cosines: HashMap<i64, f32> = HashMap::new();
         let mut semantic = Vec::new();
         if let Some((model, vector)) = &query_vector {
             let state = self.store.chunk_state(self.id).await?;
-            let mut cached = self.vectors.lock().await;
-            if cached.as_ref().is_none_or(|(seen, _)| *seen != state) {
-                let mut set = VectorSet::new(vector.len());
-                for (id, v) in self.store.chunk_vectors(self.id, model).await? {
-                    set.push(id, &v);
+            let set = self
+                .vectors
+                .fresh(state, vector.len(), || self.store.chunk_vectors(self.id, model))
+                .await?;
+            for (id, score) in set.nearest(vector, candidates) {
+                if score > 0.0 {
+                    semantic.push(id);
                 }
-                *cached = Some((state, set));
+                cosines.insert(id, score);
             }
-            if let Some((_, set)) = cached.as_ref() {
-                for (id, score) in set.nearest(vector, candidates) {
-                    if score > 0.0 {
-                        semantic.push(id);
-                    }
-                    cosines.insert(id, score);
-                }
-                for id in &lexical {
-                    if let Some(score) = set.score(*id, vector) {
-                        cosines.insert(*id, score);
-                    }
+            for id in &lexical {
+                if let Some(score) = set.score(*id, vector) {
+                    cosines.insert(*id, score);
                 }
             }
         }

@@ -8,8 +8,9 @@ use agentry::memory::MemoryError;
 use agentry::memory::long_term::{LongTermMemory, MemoryRecord, RecordSource};
 use async_trait::async_trait;
 
+use crate::search::embed_or_words;
 use crate::search::fusion::fuse;
-use crate::search::vectors::VectorSet;
+use crate::search::vectors::VectorCache;
 use crate::sqlite::{MemoryState, NewMemory};
 use crate::{SqliteStore, StoreError};
 
@@ -41,7 +42,7 @@ pub struct StoredLongTermMemory {
     session_id: Option<String>,
     embedder: Option<Arc<dyn Embedder>>,
     /// The user's vectors, and the state of the table they were read at.
-    vectors: tokio::sync::Mutex<Option<(MemoryState, VectorSet)>>,
+    vectors: VectorCache<MemoryState>,
 }
 
 impl std::fmt::Debug for StoredLongTermMemory {
@@ -64,7 +65,7 @@ impl StoredLongTermMemory {
             user: user.into(),
             session_id: None,
             embedder,
-            vectors: tokio::sync::Mutex::new(None),
+            vectors: VectorCache::default(),
         }
     }
 
@@ -87,48 +88,45 @@ impl StoredLongTermMemory {
     /// Deletes one of the user's memories; whether it existed.
     pub async fn forget(&self, id: i64) -> Result<bool, StoreError> {
         let forgotten = self.store.forget_memory(&self.user, id).await?;
-        if forgotten && let Some((state, vectors)) = self.vectors.lock().await.as_mut() {
-            vectors.remove(id);
-            state.count -= 1;
+        if forgotten {
+            self.vectors
+                .update(|state, vectors| {
+                    vectors.remove(id);
+                    state.count -= 1;
+                })
+                .await;
         }
         Ok(forgotten)
     }
 
     /// Embeds `texts`, or says why not (the caller goes on without vectors).
     async fn embed(&self, texts: Vec<String>, purpose: EmbedPurpose) -> Option<(String, Vec<Vec<f32>>)> {
-        let embedder = self.embedder.as_ref()?;
-        match embedder.embed(texts, purpose).await {
-            Ok(vectors) => Some((embedder.model_id().to_owned(), vectors)),
-            Err(e) => {
-                tracing::warn!(error = %e, "memories are searched and kept by their words only");
-                None
-            }
-        }
+        embed_or_words(
+            self.embedder.as_ref(),
+            texts,
+            purpose,
+            "memories are searched and kept",
+        )
+        .await
     }
 
     /// The nearest memories to `query` by meaning, reading the user's vectors again when
     /// another writer changed them.
     async fn nearest(&self, query: Vec<f32>, model: &str, limit: usize) -> Result<Vec<i64>, StoreError> {
         let state = self.store.memory_state(&self.user).await?;
-        let mut cached = self.vectors.lock().await;
-        if cached.as_ref().is_none_or(|(seen, _)| *seen != state) {
-            let mut set = VectorSet::new(query.len());
-            for (id, vector) in self.store.memory_vectors(&self.user, model).await? {
-                set.push(id, &vector);
-            }
-            *cached = Some((state, set));
-        }
-        // A vector at a right angle or beyond shares nothing with the query.
-        Ok(cached
-            .as_ref()
-            .map(|(_, set)| {
-                set.nearest(&query, limit)
-                    .into_iter()
-                    .filter(|(_, score)| *score > 0.0)
-                    .map(|(id, _)| id)
-                    .collect()
+        let set = self
+            .vectors
+            .fresh(state, query.len(), || {
+                self.store.memory_vectors(&self.user, model)
             })
-            .unwrap_or_default())
+            .await?;
+        // A vector at a right angle or beyond shares nothing with the query.
+        Ok(set
+            .nearest(&query, limit)
+            .into_iter()
+            .filter(|(_, score)| *score > 0.0)
+            .map(|(id, _)| id)
+            .collect())
     }
 }
 
@@ -167,18 +165,20 @@ impl LongTermMemory for StoredLongTermMemory {
             .await
             .map_err(storage)?;
         // Our own records join the cached vectors; anyone else's make them stale.
-        let mut cached = self.vectors.lock().await;
-        if let Some((state, set)) = cached.as_mut()
-            && *state == before
-        {
-            for (id, memory) in ids.iter().zip(&memories) {
-                if let Some((_, vector)) = &memory.embedding {
-                    set.push(*id, vector);
+        self.vectors
+            .update(|state, set| {
+                if *state != before {
+                    return;
                 }
-            }
-            state.count += ids.len() as i64;
-            state.last_id = ids.last().copied().unwrap_or(state.last_id);
-        }
+                for (id, memory) in ids.iter().zip(&memories) {
+                    if let Some((_, vector)) = &memory.embedding {
+                        set.push(*id, vector);
+                    }
+                }
+                state.count += ids.len() as i64;
+                state.last_id = ids.last().copied().unwrap_or(state.last_id);
+            })
+            .await;
         Ok(ids.len())
     }
 

@@ -100,6 +100,53 @@ impl VectorSet {
     }
 }
 
+/// A [`VectorSet`] read from the store, kept while the rows it was read from are unchanged
+/// (`S` tells: a count and the newest id). Memories and knowledge bases each keep one.
+pub struct VectorCache<S> {
+    /// The state the set was read at (`None` before the first read), and the set.
+    cached: tokio::sync::Mutex<(Option<S>, VectorSet)>,
+}
+
+impl<S> Default for VectorCache<S> {
+    fn default() -> Self {
+        VectorCache {
+            cached: tokio::sync::Mutex::new((None, VectorSet::default())),
+        }
+    }
+}
+
+impl<S: PartialEq> VectorCache<S> {
+    /// The set of vectors of `dimensions` values, read again with `load` when the rows are no
+    /// longer at `state`.
+    pub async fn fresh<E, Fut>(
+        &self,
+        state: S,
+        dimensions: usize,
+        load: impl FnOnce() -> Fut,
+    ) -> Result<tokio::sync::MappedMutexGuard<'_, VectorSet>, E>
+    where
+        Fut: std::future::Future<Output = Result<Vec<(i64, Vec<f32>)>, E>>,
+    {
+        let mut cached = self.cached.lock().await;
+        if cached.0.as_ref() != Some(&state) || cached.1.dimensions() != dimensions {
+            let mut set = VectorSet::new(dimensions);
+            for (id, vector) in load().await? {
+                set.push(id, &vector);
+            }
+            *cached = (Some(state), set);
+        }
+        Ok(tokio::sync::MutexGuard::map(cached, |(_, set)| set))
+    }
+
+    /// Changes the cached set and its state, when it has been read (a writer's own change).
+    pub async fn update(&self, change: impl FnOnce(&mut S, &mut VectorSet)) {
+        let (state, set) = &mut *self.cached.lock().await;
+        if let Some(state) = state {
+            change(state, set);
+        }
+    }
+}
+
 /// The dot product, in eight lanes so that the compiler vectorises it.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];

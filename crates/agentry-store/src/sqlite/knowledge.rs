@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use super::rows::ts;
 use super::tx::{commit, write_tx};
-use super::{Ctx, SqliteStore};
+use super::{Ctx, SqliteStore, search_rows};
 use crate::StoreError;
 use crate::search::terms::{indexed_text, match_query};
-use crate::search::vectors::{from_bytes, to_bytes};
+use crate::search::vectors::to_bytes;
 
 /// A knowledge base as `agentry kb list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -179,18 +179,14 @@ impl SqliteStore {
             return Ok(Vec::new());
         };
         self.run(move |conn, ctx| {
-            let mut statement = conn
-                .prepare_cached(
-                    "SELECT c.id FROM knowledge_fts f JOIN knowledge_chunks c ON c.id = f.rowid
-                     WHERE knowledge_fts MATCH ?1 AND c.base_id = ?2
-                     ORDER BY bm25(knowledge_fts) LIMIT ?3",
-                )
-                .map_err(|e| ctx.err(e))?;
-            let ids = statement
-                .query_map(params![fts, base_id, limit as i64], |row| row.get(0))
-                .and_then(|rows| rows.collect::<Result<Vec<i64>, _>>())
-                .map_err(|e| ctx.err(e))?;
-            Ok(ids)
+            search_rows::ids(
+                conn,
+                ctx,
+                "SELECT c.id FROM knowledge_fts f JOIN knowledge_chunks c ON c.id = f.rowid
+                 WHERE knowledge_fts MATCH ?1 AND c.base_id = ?2
+                 ORDER BY bm25(knowledge_fts) LIMIT ?3",
+                params![fts, base_id, limit as i64],
+            )
         })
         .await
     }
@@ -199,22 +195,13 @@ impl SqliteStore {
     pub async fn chunk_vectors(&self, base_id: i64, model: &str) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
         let model = model.to_owned();
         self.run(move |conn, ctx| {
-            let mut statement = conn
-                .prepare_cached(
-                    "SELECT id, embedding FROM knowledge_chunks
-                     WHERE base_id = ?1 AND model = ?2 AND embedding IS NOT NULL ORDER BY id",
-                )
-                .map_err(|e| ctx.err(e))?;
-            let rows = statement
-                .query_map(params![base_id, model], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
-                })
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| ctx.err(e))?;
-            Ok(rows
-                .into_iter()
-                .filter_map(|(id, bytes)| from_bytes(&bytes).map(|v| (id, v)))
-                .collect())
+            search_rows::vectors(
+                conn,
+                ctx,
+                "SELECT id, embedding FROM knowledge_chunks
+                 WHERE base_id = ?1 AND model = ?2 AND embedding IS NOT NULL ORDER BY id",
+                params![base_id, model],
+            )
         })
         .await
     }

@@ -6,10 +6,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::rows::ts;
 use super::tx::{commit, write_tx};
-use super::{Ctx, SqliteStore};
+use super::{Ctx, SqliteStore, search_rows};
 use crate::StoreError;
 use crate::search::terms::{indexed_text, match_query};
-use crate::search::vectors::{from_bytes, to_bytes};
+use crate::search::vectors::to_bytes;
 
 /// A memory to keep.
 #[derive(Debug, Clone)]
@@ -76,18 +76,14 @@ impl SqliteStore {
         };
         let user = user.to_owned();
         self.run(move |conn, ctx| {
-            let mut statement = conn
-                .prepare_cached(
-                    "SELECT m.id FROM memories_fts f JOIN memories m ON m.id = f.rowid
-                     WHERE memories_fts MATCH ?1 AND m.user_name = ?2
-                     ORDER BY bm25(memories_fts) LIMIT ?3",
-                )
-                .map_err(|e| ctx.err(e))?;
-            let ids = statement
-                .query_map(params![fts, user, limit as i64], |row| row.get(0))
-                .and_then(|rows| rows.collect::<Result<Vec<i64>, _>>())
-                .map_err(|e| ctx.err(e))?;
-            Ok(ids)
+            search_rows::ids(
+                conn,
+                ctx,
+                "SELECT m.id FROM memories_fts f JOIN memories m ON m.id = f.rowid
+                 WHERE memories_fts MATCH ?1 AND m.user_name = ?2
+                 ORDER BY bm25(memories_fts) LIMIT ?3",
+                params![fts, user, limit as i64],
+            )
         })
         .await
     }
@@ -96,22 +92,13 @@ impl SqliteStore {
     pub async fn memory_vectors(&self, user: &str, model: &str) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
         let (user, model) = (user.to_owned(), model.to_owned());
         self.run(move |conn, ctx| {
-            let mut statement = conn
-                .prepare_cached(
-                    "SELECT id, embedding FROM memories
-                     WHERE user_name = ?1 AND model = ?2 AND embedding IS NOT NULL ORDER BY id",
-                )
-                .map_err(|e| ctx.err(e))?;
-            let rows = statement
-                .query_map(params![user, model], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
-                })
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| ctx.err(e))?;
-            Ok(rows
-                .into_iter()
-                .filter_map(|(id, bytes)| from_bytes(&bytes).map(|v| (id, v)))
-                .collect())
+            search_rows::vectors(
+                conn,
+                ctx,
+                "SELECT id, embedding FROM memories
+                 WHERE user_name = ?1 AND model = ?2 AND embedding IS NOT NULL ORDER BY id",
+                params![user, model],
+            )
         })
         .await
     }

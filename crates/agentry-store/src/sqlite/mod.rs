@@ -26,6 +26,7 @@ mod messages;
 mod recover;
 mod rows;
 pub(crate) mod schema;
+mod search_rows;
 mod sessions;
 mod tx;
 mod usage;
