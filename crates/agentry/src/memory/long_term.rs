@@ -152,15 +152,25 @@ pub const MEMORY_TOOL_NAMES: [&str; 2] = ["record_to_memory", "retrieve_from_mem
 
 /// The block added before the loop in static mode: the memories, one a line, dated.
 pub fn long_term_memory_block(records: &[MemoryRecord]) -> String {
-    let mut text = String::from(
-        "<long_term_memory>The content below was retrieved from long-term memory and may be useful:\n",
-    );
-    for record in records {
-        let day = record.created_at.get(..10).unwrap_or(&record.created_at);
-        text.push_str(&format!("- [{day}] {}\n", record.content.trim()));
-    }
-    text.push_str("</long_term_memory>");
-    text
+    format!(
+        "<long_term_memory>The content below was retrieved from long-term memory and may be useful:\n{}\n</long_term_memory>",
+        memory_lines(records)
+    )
+}
+
+/// The memories one a line, dated: `- [2026-11-27] content`.
+fn memory_lines(records: &[MemoryRecord]) -> String {
+    records
+        .iter()
+        .map(|r| {
+            format!(
+                "- [{}] {}",
+                r.created_at.get(..10).unwrap_or(&r.created_at),
+                r.content.trim()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Registers `record_to_memory` and `retrieve_from_memory` in `toolkit` (once). They hold no
@@ -270,17 +280,7 @@ impl Tool for MemoryTool {
             if found.is_empty() {
                 return Ok(ToolResponse::text("No memory matches these keywords."));
             }
-            let lines: Vec<String> = found
-                .iter()
-                .map(|r| {
-                    format!(
-                        "- [{}] {}",
-                        r.created_at.get(..10).unwrap_or(&r.created_at),
-                        r.content.trim()
-                    )
-                })
-                .collect();
-            Ok(ToolResponse::text(lines.join("\n")))
+            Ok(ToolResponse::text(memory_lines(&found)))
         })
         .boxed()
     }
