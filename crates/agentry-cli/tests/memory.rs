@@ -55,6 +55,12 @@ async fn what_one_run_records_the_next_recalls_and_people_can_see_and_forget_it(
     )
     .await;
     assert!(first.status.success(), "{}", text(&first.stderr));
+    // The embedding model is not in this home's cache and cannot be fetched: words still serve.
+    assert!(
+        text(&first.stderr).contains("searched by their words only"),
+        "{}",
+        text(&first.stderr)
+    );
 
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("Your dog is Rex."));
@@ -145,4 +151,43 @@ async fn a_memory_the_model_records_survives_a_kill() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["content"], "Ada takes her coffee black.");
     assert_eq!(listed[0]["source"], "agent");
+}
+
+/// With the embedded model in the cache, what was recorded is found by its meaning: questions
+/// that share no word with the memory, one of them in another language, rank it first.
+#[tokio::test]
+async fn the_embedded_model_finds_a_memory_by_its_meaning() {
+    let Some(model) = std::env::var_os("AGENTRY_TEST_EMBED_MODEL") else {
+        eprintln!("skipped: AGENTRY_TEST_EMBED_MODEL names no embedding model (scripts/test fetches it)");
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    std::fs::create_dir_all(home.join("models")).unwrap();
+    std::os::unix::fs::symlink(&model, home.join("models/multilingual-e5-small.bin")).unwrap();
+    for (prompt, reply) in [
+        ("My dog is called Rex.", "Noted."),
+        ("I work as a tax accountant in Lyon.", "Noted."),
+        ("I am allergic to peanuts.", "Noted."),
+    ] {
+        let fake = FakeLlm::start().await;
+        fake.push(Reply::text(reply));
+        let out = agentry(memory_run(&fake, home, "static", "ada", prompt), home).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(!text(&out.stderr).contains("words only"), "{}", text(&out.stderr));
+    }
+    for (question, expected) in [
+        ("which pet do I own", "Rex"),
+        ("what is my job", "accountant"),
+        ("我对什么食物过敏", "peanuts"),
+    ] {
+        let (code, found, err) = memory_cmd(home, &["search", question, "--user", "ada", "--json"]).await;
+        assert_eq!(code, 0, "{err}");
+        let found: Vec<Value> = serde_json::from_str(&found).unwrap();
+        let first = found
+            .first()
+            .map(|m| m["content"].as_str().unwrap())
+            .unwrap_or("");
+        assert!(first.contains(expected), "{question:?} found {found:#?}");
+    }
 }

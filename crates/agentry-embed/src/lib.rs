@@ -47,6 +47,9 @@ use std::time::Instant;
 use agentry::embedding::{EmbedError, EmbedPurpose, Embedder};
 use async_trait::async_trait;
 
+/// The model cache and its fetch events, for [`LocalEmbedder::pull`].
+#[cfg(feature = "pull")]
+pub use agentry_local::{ModelCache, PullEvent};
 pub use tokenizer::MAX_TOKENS;
 
 use crate::bert::Bert;

@@ -126,8 +126,37 @@ pub async fn embedder(plan: &EmbeddingPlan) -> Option<Arc<dyn Embedder>> {
     }
 }
 
-/// The embedded multilingual model (not built into this binary yet: memories are then searched
-/// by their words).
+/// The embedded multilingual model, fetched into the model cache on first use; `None` with a
+/// warning when it cannot be had (offline before the first fetch, a damaged file).
+#[cfg(feature = "embed")]
+async fn local_embedder() -> Option<Arc<dyn Embedder>> {
+    let fallback = |reason: &str| {
+        eprintln!(
+            "warning: the embedding model cannot be used ({}); memories and knowledge are searched by their words only (`agentry model pull {}` fetches it, `--embedding-base-url` uses an endpoint instead)",
+            sanitize::line(reason),
+            agentry_embed::MODEL_NAME,
+        );
+        None
+    };
+    let cache = match agentry_embed::ModelCache::from_env() {
+        Ok(cache) => cache,
+        Err(e) => return fallback(&e.to_string()),
+    };
+    if cache.path(agentry_embed::MODEL_NAME).is_none() {
+        eprintln!(
+            "fetching the embedding model {} (72 MB, once) into {}",
+            agentry_embed::MODEL_NAME,
+            sanitize::line(&cache.root().display().to_string())
+        );
+    }
+    match agentry_embed::LocalEmbedder::pull(&cache, &mut |_| {}).await {
+        Ok(embedder) => Some(Arc::new(embedder)),
+        Err(e) => fallback(&e.to_string()),
+    }
+}
+
+/// Without the embedded model built in, memories and knowledge are searched by their words.
+#[cfg(not(feature = "embed"))]
 async fn local_embedder() -> Option<Arc<dyn Embedder>> {
     None
 }
