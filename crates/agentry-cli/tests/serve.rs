@@ -81,3 +81,83 @@ async fn serve_refuses_a_public_address_without_a_token_and_an_empty_token() {
     );
     assert_eq!(fake.request_count(), 0);
 }
+
+/// `serve` gives every session the long-term memory of its user and the knowledge bases: what
+/// one session was told, the next one's first request recalls, beside the retrieved chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_sessions_share_the_users_memory_and_retrieve_knowledge() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let docs = home.join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("billing.txt"), "Invoices are paid on the 5th.\n").unwrap();
+    let db = home.join("s.db").display().to_string();
+    let added = agentry(
+        vec![
+            "kb".into(),
+            "add".into(),
+            "notes".into(),
+            docs.display().to_string(),
+            "--db".into(),
+            db,
+        ],
+        home,
+    )
+    .await;
+    assert!(added.status.success(), "{}", text(&added.stderr));
+
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Noted."));
+    fake.push(Reply::text("On the 5th; your dog is Rex."));
+    let server = Program::start(
+        &serve_args(
+            &fake,
+            home,
+            &[
+                "--addr",
+                "127.0.0.1:0",
+                "--long-term-memory",
+                "static",
+                "--user",
+                "ada",
+                "--knowledge",
+                "notes",
+                "--no-rewrite-query",
+            ],
+        ),
+        home,
+    );
+    let base = server_base(&server).await;
+    let client = http_client();
+    served_reply(&client, &base, "one", "My dog is called Rex.").await;
+    let (_, seen) = served_reply(
+        &client,
+        &base,
+        "two",
+        "When are invoices paid, and my dog's name?",
+    )
+    .await;
+    assert!(seen.contains("your dog is Rex"), "{seen}");
+    server.terminate();
+    let (status, _, err) = server.finish().await;
+    assert!(status.success(), "{err}");
+
+    let requests = fake.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let blocks: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b.starts_with("<long_term_memory>") && b.contains("My dog is called Rex.")),
+        "{blocks:#?}"
+    );
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b.starts_with("<retrieved_knowledge>") && b.contains("billing.txt (notes)")),
+        "{blocks:#?}"
+    );
+    // Session "two" holds none of session "one"'s messages: the memory carried it.
+    assert!(!blocks.contains(&"My dog is called Rex."), "{blocks:#?}");
+    fake.assert_no_violations();
+}
