@@ -65,6 +65,11 @@ impl StoredKnowledgeBase {
         limit: usize,
         score_threshold: Option<f32>,
     ) -> Result<Vec<KnowledgeChunk>, StoreError> {
+        let state = self.store.chunk_state(self.id).await?;
+        // An empty base answers nothing: the query is not embedded (the step costs a query).
+        if state.0 == 0 {
+            return Ok(Vec::new());
+        }
         let candidates = limit * CANDIDATES_PER_RESULT;
         let lexical = self.store.lexical_chunks(self.id, query, candidates).await?;
         let query_vector = embed_or_words(
@@ -78,7 +83,6 @@ impl StoredKnowledgeBase {
         let mut cosines: HashMap<i64, f32> = HashMap::new();
         let mut semantic = Vec::new();
         if let Some((model, vector)) = &query_vector {
-            let state = self.store.chunk_state(self.id).await?;
             let set = self
                 .vectors
                 .fresh(state, vector.len(), || self.store.chunk_vectors(self.id, model))

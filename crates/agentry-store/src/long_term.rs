@@ -112,8 +112,13 @@ impl StoredLongTermMemory {
 
     /// The nearest memories to `query` by meaning, reading the user's vectors again when
     /// another writer changed them.
-    async fn nearest(&self, query: Vec<f32>, model: &str, limit: usize) -> Result<Vec<i64>, StoreError> {
-        let state = self.store.memory_state(&self.user).await?;
+    async fn nearest(
+        &self,
+        state: MemoryState,
+        query: Vec<f32>,
+        model: &str,
+        limit: usize,
+    ) -> Result<Vec<i64>, StoreError> {
         let set = self
             .vectors
             .fresh(state, query.len(), || {
@@ -186,6 +191,11 @@ impl LongTermMemory for StoredLongTermMemory {
         if query.trim().is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
+        let state = self.store.memory_state(&self.user).await.map_err(storage)?;
+        // Someone with no memories is answered without embedding the query.
+        if state.count == 0 {
+            return Ok(Vec::new());
+        }
         let candidates = limit * CANDIDATES_PER_RESULT;
         let lexical = self
             .store
@@ -195,7 +205,9 @@ impl LongTermMemory for StoredLongTermMemory {
         let semantic = match self.embed(vec![query.to_owned()], EmbedPurpose::Query).await {
             Some((model, mut vectors)) if !vectors.is_empty() => {
                 let vector = vectors.swap_remove(0);
-                self.nearest(vector, &model, candidates).await.map_err(storage)?
+                self.nearest(state, vector, &model, candidates)
+                    .await
+                    .map_err(storage)?
             }
             _ => Vec::new(),
         };

@@ -2,7 +2,7 @@
 //! across processes, forgotten on request; a failing embedder loses nothing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agentry::embedding::{EmbedError, EmbedPurpose, Embedder};
 use agentry::memory::long_term::{LongTermMemory, RecordSource};
@@ -16,6 +16,8 @@ use crate::common::db;
 #[derive(Default)]
 pub struct Concepts {
     pub broken: AtomicBool,
+    /// Texts embedded so far.
+    pub embedded: AtomicUsize,
 }
 
 const CONCEPTS: [&[&str]; 4] = [
@@ -39,6 +41,7 @@ impl Embedder for Concepts {
         if self.broken.load(Ordering::SeqCst) {
             return Err(EmbedError::Model("the model is gone".into()));
         }
+        self.embedded.fetch_add(texts.len(), Ordering::SeqCst);
         Ok(texts
             .iter()
             .map(|text| {
@@ -231,4 +234,35 @@ async fn the_agent_recalls_before_its_loop_records_after_it_and_uses_its_tools()
         .unwrap();
     assert!(retrieved.contains("Ada prefers pizza for lunch."), "{retrieved}");
     assert_eq!(memory(&store, "ada", &embedder).list(10).await.unwrap().len(), 3);
+}
+
+/// A step that retrieves from an empty memory or knowledge base costs a query, not an
+/// embedding (the embedded model takes tens of milliseconds for one).
+#[tokio::test]
+async fn nothing_is_embedded_to_search_an_empty_memory_or_base() {
+    let (_dir, path) = db();
+    let store = SqliteStore::open(&path).unwrap();
+    let embedder = Arc::new(Concepts::default());
+    let ada = memory(&store, "ada", &embedder);
+    assert!(ada.retrieve("my dog", 5).await.unwrap().is_empty());
+    store.open_knowledge_base("empty").await.unwrap();
+    let base = agentry_store::StoredKnowledgeBase::open(
+        store.clone(),
+        "empty",
+        Some(Arc::clone(&embedder) as Arc<dyn Embedder>),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    use agentry::knowledge::KnowledgeBase;
+    assert!(base.retrieve("my dog", 5, None).await.unwrap().is_empty());
+    assert_eq!(embedder.embedded.load(Ordering::SeqCst), 0);
+
+    // Once there is something, the query is embedded and found by meaning.
+    ada.record(vec!["Rex barks".into()], RecordSource::User)
+        .await
+        .unwrap();
+    let found = ada.retrieve("which pet", 5).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(embedder.embedded.load(Ordering::SeqCst), 2);
 }
