@@ -9,7 +9,14 @@
 //! agentry-bench --base-url URL -k K -p P -r R -c C --stream|--no-stream
 //!               [--provider openai|anthropic] [--keep-history] [--warmup N] [--threads N]
 //!               [--label NAME] [--db FILE [--synchronous full|normal]] [--otel-noop]
+//!               [--plan] [--knowledge]
 //! ```
+//!
+//! `--plan` gives each agent a plan notebook (its eight tools and a plan hint made for every
+//! model request); `--knowledge` an empty knowledge base (a retrieval before every reply, with
+//! nothing found). Both measure what the parts cost a step when they retrieve nothing. The
+//! mock reads the request's last user message as the start of the task, so the plan hint (a
+//! user message last in the request) is taken off after the agent made it, in every run alike.
 //!
 //! `--provider anthropic` runs the loop over the Anthropic Messages provider
 //! (`AnthropicChatModel`, prompt caching on) instead of the OpenAI-compatible one, everything
@@ -42,9 +49,15 @@ use std::time::Instant;
 
 use agentry::agent::ReActAgent;
 use agentry::message::Msg;
-use agentry::model::{AnthropicChatModel, AnthropicConfig, OpenAiChatModel, OpenAiConfig, RetryPolicy};
+use agentry::model::{
+    AnthropicChatModel, AnthropicConfig, ChatModel, ChatRequest, ChatStream, OpenAiChatModel, OpenAiConfig,
+    RetryPolicy,
+};
+use agentry::plan::PlanNotebook;
 use agentry::tool::{Toolkit, tool};
-use agentry_store::{CallRecorder, SessionMemory, SessionStore, SqliteOptions, SqliteStore, Synchronous};
+use agentry_store::{
+    CallRecorder, SessionMemory, SessionStore, SqliteOptions, SqliteStore, StoredKnowledgeBase, Synchronous,
+};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -77,6 +90,8 @@ struct Args {
     db: Option<std::path::PathBuf>,
     synchronous: Synchronous,
     otel_noop: bool,
+    plan: bool,
+    knowledge: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -95,6 +110,8 @@ fn parse_args() -> anyhow::Result<Args> {
         db: None,
         synchronous: Synchronous::Full,
         otel_noop: false,
+        plan: false,
+        knowledge: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -119,6 +136,8 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             "--keep-history" => args.keep_history = true,
             "--otel-noop" => args.otel_noop = true,
+            "--plan" => args.plan = true,
+            "--knowledge" => args.knowledge = true,
             "--db" => args.db = Some(value()?.into()),
             "--synchronous" => {
                 args.synchronous = match value()?.as_str() {
@@ -131,7 +150,7 @@ fn parse_args() -> anyhow::Result<Args> {
                 println!(
                     "agentry-bench --base-url URL -k K -p P -r R -c C --stream|--no-stream \
                      [--provider openai|anthropic] [--keep-history] [--warmup N] [--threads N] [--label NAME] \
-                     [--db FILE [--synchronous full|normal]] [--otel-noop]"
+                     [--db FILE [--synchronous full|normal]] [--otel-noop] [--plan] [--knowledge]"
                 );
                 std::process::exit(0);
             }
@@ -145,7 +164,37 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-async fn make_agent(args: &Args, index: u64, store: Option<&Arc<SqliteStore>>) -> anyhow::Result<ReActAgent> {
+/// The model with the plan hint taken off the end of each request (see the module's doc).
+struct WithoutHint<M>(M);
+
+impl<M: ChatModel> ChatModel for WithoutHint<M> {
+    fn model_name(&self) -> &str {
+        self.0.model_name()
+    }
+
+    fn is_streaming(&self) -> bool {
+        self.0.is_streaming()
+    }
+
+    fn chat(&self, mut request: ChatRequest) -> ChatStream {
+        if request
+            .messages
+            .last()
+            .and_then(Msg::text)
+            .is_some_and(|t| t.starts_with("<system-hint>"))
+        {
+            request.messages.pop();
+        }
+        self.0.chat(request)
+    }
+}
+
+async fn make_agent(
+    args: &Args,
+    index: u64,
+    store: Option<&Arc<SqliteStore>>,
+    knowledge: Option<&SqliteStore>,
+) -> anyhow::Result<ReActAgent> {
     let toolkit = Toolkit::new();
     toolkit.register(AddTool)?;
     let mut builder = ReActAgent::builder();
@@ -156,14 +205,23 @@ async fn make_agent(args: &Args, index: u64, store: Option<&Arc<SqliteStore>>) -
             .prompt_caching(true)
             .stream(args.stream)
             .retry(RetryPolicy::none());
-        builder.model(AnthropicChatModel::new(config)?)
+        builder.model(WithoutHint(AnthropicChatModel::new(config)?))
     } else {
         let config = OpenAiConfig::new("mock-model")
             .base_url(&args.base_url)
             .stream(args.stream)
             .retry(RetryPolicy::none());
-        builder.model(OpenAiChatModel::new(config)?)
+        builder.model(WithoutHint(OpenAiChatModel::new(config)?))
     };
+    if args.plan {
+        builder = builder.plan_notebook(PlanNotebook::new());
+    }
+    if let Some(store) = knowledge {
+        let base = StoredKnowledgeBase::open(store.clone(), "bench", None)
+            .await?
+            .context("the bench's knowledge base")?;
+        builder = builder.knowledge(base).rewrite_query(false);
+    }
     if let Some(store) = store {
         let store: Arc<dyn SessionStore> = Arc::clone(store) as Arc<dyn SessionStore>;
         let memory =
@@ -273,9 +331,18 @@ async fn bench(args: Args) -> anyhow::Result<Value> {
         )?)),
         None => None,
     };
+    let knowledge_dir = tempfile::tempdir()?;
+    let knowledge = match args.knowledge {
+        true => {
+            let store = SqliteStore::open(knowledge_dir.path().join("knowledge.db"))?;
+            store.open_knowledge_base("bench").await?;
+            Some(store)
+        }
+        false => None,
+    };
     let mut agents = Vec::with_capacity(args.c as usize);
     for index in 0..args.c {
-        agents.push(make_agent(&args, index, store.as_ref()).await?);
+        agents.push(make_agent(&args, index, store.as_ref(), knowledge.as_ref()).await?);
     }
     let setup_s = t0.elapsed().as_secs_f64();
 
@@ -348,6 +415,8 @@ async fn bench(args: Args) -> anyhow::Result<Value> {
         "mode": if args.stream { "stream" } else { "non-stream" },
         "history": if args.keep_history { "keep" } else { "reset" },
         "tracing": if args.otel_noop { "otel-noop" } else { "off" },
+        "plan": args.plan,
+        "knowledge": args.knowledge,
         "concurrency": args.c,
         "requests": n_req,
         "k": args.k,

@@ -10,6 +10,7 @@ mod accumulate;
 pub mod anthropic;
 pub mod cassette;
 mod context_window;
+mod encoded_tools;
 #[doc(hidden)]
 #[cfg(feature = "openai")]
 pub mod fuzz;

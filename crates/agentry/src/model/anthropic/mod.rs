@@ -31,10 +31,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+use super::encoded_tools::EncodedTools;
 use super::http::{self, Endpoint, HttpProvider, WireFormat, secret_header};
 use super::{ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError};
 use response::{Accumulator, decode_message, error_body_text};
-use wire::WireRequest;
+use wire::{WireRequest, encode_tools};
 
 /// The Messages wire, as far as reading answers goes.
 struct Messages;
@@ -64,6 +65,7 @@ pub struct AnthropicChatModel {
 struct Inner {
     config: AnthropicConfig,
     endpoint: Endpoint<Messages>,
+    tools: EncodedTools,
 }
 
 impl std::fmt::Debug for AnthropicChatModel {
@@ -100,7 +102,11 @@ impl AnthropicChatModel {
             limits,
         )?;
         Ok(AnthropicChatModel {
-            inner: Arc::new(Inner { config, endpoint }),
+            inner: Arc::new(Inner {
+                config,
+                endpoint,
+                tools: EncodedTools::default(),
+            }),
         })
     }
 
@@ -140,21 +146,29 @@ impl HttpProvider for Inner {
     }
 
     fn encode(&self, request: &ChatRequest) -> Result<Bytes, ModelError> {
+        let encoding = |e: serde_json::Error| ModelError::Config(format!("cannot encode the request: {e}"));
+        let caching = self.config.prompt_caching;
+        let tools = match request.tools.is_empty() {
+            true => None,
+            false => Some(
+                self.tools
+                    .get(&request.tools, |tools| encode_tools(tools, caching))
+                    .map_err(encoding)?,
+            ),
+        };
         let wire = WireRequest {
             model: &self.config.model,
             max_tokens: request
                 .max_tokens
                 .map_or(self.config.max_tokens, |cap| cap.min(self.config.max_tokens)),
             messages: &request.messages,
-            tools: &request.tools,
+            tools: tools.as_deref(),
             tool_choice: request.tool_choice.as_ref(),
             stream: self.config.stream,
             thinking_budget: self.config.thinking_budget,
             prompt_caching: self.config.prompt_caching,
             extra: &self.config.http.extra_body,
         };
-        serde_json::to_vec(&wire)
-            .map(Bytes::from)
-            .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))
+        serde_json::to_vec(&wire).map(Bytes::from).map_err(encoding)
     }
 }

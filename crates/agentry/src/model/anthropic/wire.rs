@@ -9,6 +9,7 @@
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::message::{ContentBlock, MediaSource, Msg, Role, ToolResultBlock, ToolUseBlock};
@@ -19,7 +20,8 @@ pub(super) struct WireRequest<'a> {
     pub model: &'a str,
     pub max_tokens: u32,
     pub messages: &'a [Msg],
-    pub tools: &'a [ToolSchema],
+    /// The tools' JSON ([`encode_tools`]), when the request has tools.
+    pub tools: Option<&'a RawValue>,
     pub tool_choice: Option<&'a ToolChoice>,
     pub stream: bool,
     pub thinking_budget: Option<u32>,
@@ -51,7 +53,7 @@ impl Serialize for WireRequest<'_> {
         let forced = matches!(
             self.tool_choice,
             Some(ToolChoice::Required | ToolChoice::Named(_))
-        ) && !self.tools.is_empty();
+        ) && self.tools.is_some();
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("model", self.model)?;
         map.serialize_entry("max_tokens", &self.max_tokens)?;
@@ -65,14 +67,8 @@ impl Serialize for WireRequest<'_> {
             )?;
         }
         map.serialize_entry("messages", &turns)?;
-        if !self.tools.is_empty() {
-            map.serialize_entry(
-                "tools",
-                &Tools {
-                    tools: self.tools,
-                    cache: self.prompt_caching,
-                },
-            )?;
+        if let Some(tools) = self.tools {
+            map.serialize_entry("tools", tools)?;
             if let Some(choice) = self.tool_choice {
                 map.serialize_entry("tool_choice", &WireToolChoice(choice))?;
             }
@@ -123,6 +119,15 @@ impl Serialize for SystemBlocks<'_> {
             cache_control: (self.cache && i == last).then_some(EPHEMERAL),
         }))
     }
+}
+
+/// The JSON array of `tools` as the wire has it, the last with a cache breakpoint when
+/// `prompt_caching`.
+pub(super) fn encode_tools(tools: &[ToolSchema], prompt_caching: bool) -> serde_json::Result<String> {
+    serde_json::to_string(&Tools {
+        tools,
+        cache: prompt_caching,
+    })
 }
 
 struct Tools<'a> {
@@ -370,11 +375,13 @@ mod tests {
 
     fn body(messages: &[Msg], tools: &[ToolSchema], choice: Option<&ToolChoice>) -> Value {
         let extra = Map::new();
+        let tools =
+            (!tools.is_empty()).then(|| RawValue::from_string(encode_tools(tools, true).unwrap()).unwrap());
         serde_json::to_value(WireRequest {
             model: "m",
             max_tokens: 100,
             messages,
-            tools,
+            tools: tools.as_deref(),
             tool_choice: choice,
             stream: true,
             thinking_budget: Some(1024),

@@ -29,10 +29,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 
+use super::encoded_tools::EncodedTools;
 use super::http::{self, Endpoint, HttpProvider, SseDecoder, WireFormat, secret_header};
 use super::{ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError};
 use response::{Accumulator, decode_completion};
-use wire::WireRequest;
+use wire::{WireRequest, encode_tools};
 
 /// Decodes a streamed body delivered in `pieces`, without I/O (for the fuzz targets).
 pub(crate) fn decode_sse_pieces(pieces: Vec<Bytes>) -> (Vec<Result<ChatResponse, ModelError>>, usize) {
@@ -63,6 +64,7 @@ pub struct OpenAiChatModel {
 struct Inner {
     config: OpenAiConfig,
     endpoint: Endpoint<ChatCompletions>,
+    tools: EncodedTools,
 }
 
 impl std::fmt::Debug for OpenAiChatModel {
@@ -92,7 +94,11 @@ impl OpenAiChatModel {
             limits,
         )?;
         Ok(OpenAiChatModel {
-            inner: Arc::new(Inner { config, endpoint }),
+            inner: Arc::new(Inner {
+                config,
+                endpoint,
+                tools: EncodedTools::default(),
+            }),
         })
     }
 
@@ -132,18 +138,21 @@ impl HttpProvider for Inner {
     }
 
     fn encode(&self, request: &ChatRequest) -> Result<Bytes, ModelError> {
+        let encoding = |e: serde_json::Error| ModelError::Config(format!("cannot encode the request: {e}"));
+        let tools = match request.tools.is_empty() {
+            true => None,
+            false => Some(self.tools.get(&request.tools, encode_tools).map_err(encoding)?),
+        };
         let wire = WireRequest {
             model: &self.config.model,
             messages: &request.messages,
-            tools: &request.tools,
+            tools: tools.as_deref(),
             tool_choice: request.tool_choice.as_ref(),
             stream: self.config.stream,
             include_usage: self.config.include_usage,
             max_tokens: request.max_tokens,
             extra: &self.config.http.extra_body,
         };
-        serde_json::to_vec(&wire)
-            .map(Bytes::from)
-            .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))
+        serde_json::to_vec(&wire).map(Bytes::from).map_err(encoding)
     }
 }

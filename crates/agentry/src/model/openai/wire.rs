@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::message::{ContentBlock, MediaSource, Msg, Role, ToolResultBlock, ToolUseBlock, join_text};
@@ -14,7 +15,8 @@ use crate::model::{ToolChoice, ToolSchema};
 pub(super) struct WireRequest<'a> {
     pub model: &'a str,
     pub messages: &'a [Msg],
-    pub tools: &'a [ToolSchema],
+    /// The tools' JSON ([`encode_tools`]), when the request has tools.
+    pub tools: Option<&'a RawValue>,
     pub tool_choice: Option<&'a ToolChoice>,
     pub stream: bool,
     pub include_usage: bool,
@@ -37,8 +39,8 @@ impl Serialize for WireRequest<'_> {
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("model", self.model)?;
         map.serialize_entry("messages", &WireMessages(self.messages))?;
-        if !self.tools.is_empty() {
-            map.serialize_entry("tools", &WireTools(self.tools))?;
+        if let Some(tools) = self.tools {
+            map.serialize_entry("tools", tools)?;
             if let Some(choice) = self.tool_choice {
                 map.serialize_entry("tool_choice", &WireToolChoice(choice))?;
             }
@@ -74,6 +76,11 @@ impl Serialize for WireRequest<'_> {
 #[derive(Serialize)]
 struct IncludeUsage {
     include_usage: bool,
+}
+
+/// The JSON array of `tools` as the wire has it.
+pub(super) fn encode_tools(tools: &[ToolSchema]) -> serde_json::Result<String> {
+    serde_json::to_string(&WireTools(tools))
 }
 
 struct WireTools<'a>(&'a [ToolSchema]);
@@ -339,10 +346,11 @@ mod tests {
             ("temperature".to_owned(), json!(0)),
             ("model".to_owned(), json!("ignored")),
         ]);
+        let tools = (!tools.is_empty()).then(|| RawValue::from_string(encode_tools(tools).unwrap()).unwrap());
         let req = WireRequest {
             model: "m",
             messages,
-            tools,
+            tools: tools.as_deref(),
             tool_choice: choice,
             stream,
             include_usage: true,
