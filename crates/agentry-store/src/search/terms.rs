@@ -1,7 +1,8 @@
 //! The text full-text search sees. SQLite's `unicode61` tokenizer splits on spaces and
 //! punctuation, which leaves Chinese, Japanese and Korean text as one token per sentence; each
-//! of their characters is made a token of its own instead, so that a question and a memory
-//! that share characters match.
+//! of their characters and each pair of neighbours is made a term instead, and questions are
+//! searched by their pairs, so that a question and a memory that share a word match and two
+//! texts that merely share a common character do not.
 
 /// Whether `c` is written without spaces between words (Han, kana, Hangul).
 fn is_unspaced(c: char) -> bool {
@@ -15,19 +16,39 @@ fn is_unspaced(c: char) -> bool {
     )
 }
 
-/// `text` as it is indexed: lower case, each unspaced-script character apart.
+/// `text` as it is indexed: lower case; each unspaced-script character a term, and each two
+/// neighbours a term too (as search engines index Chinese: "的狗" matches the dog, "的" alone
+/// matches everything).
 pub fn indexed_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 2);
+    let mut out = String::with_capacity(text.len() * 3);
+    let mut run: Vec<char> = Vec::new();
     for c in text.chars() {
         if is_unspaced(c) {
-            out.push(' ');
-            out.push(c);
-            out.push(' ');
-        } else {
-            out.extend(c.to_lowercase());
+            run.push(c);
+            continue;
         }
+        push_run(&mut out, &mut run);
+        out.extend(c.to_lowercase());
     }
+    push_run(&mut out, &mut run);
     out
+}
+
+/// Writes a run of unspaced characters as its characters and its pairs, and empties it.
+fn push_run(out: &mut String, run: &mut Vec<char>) {
+    if run.is_empty() {
+        return;
+    }
+    for c in run.iter() {
+        out.push(' ');
+        out.push(*c);
+    }
+    for pair in run.windows(2) {
+        out.push(' ');
+        out.extend(pair);
+    }
+    out.push(' ');
+    run.clear();
 }
 
 /// Words that carry a question's grammar, not its subject. In a small collection bm25 cannot
@@ -68,18 +89,51 @@ pub fn match_query(query: &str) -> Option<String> {
     )
 }
 
-/// The distinct terms of `query`, in order.
+/// The distinct terms of `query`, in order: its words, and for unspaced scripts the pairs of
+/// neighbouring characters (a lone character stands for itself). A pair of two function
+/// characters ("什么") is left out as a function word.
 fn query_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    for term in indexed_text(query).split(|c: char| !c.is_alphanumeric()) {
-        if term.is_empty() || terms.iter().any(|t| t == term) {
-            continue;
+    let mut push = |term: String| {
+        if !term.is_empty() && !terms.contains(&term) {
+            terms.push(term);
+        }
+    };
+    for word in query.split(|c: char| !c.is_alphanumeric()) {
+        let mut latin = String::new();
+        let mut run: Vec<char> = Vec::new();
+        for c in word.chars().chain(std::iter::once(' ')) {
+            if is_unspaced(c) {
+                if latin.chars().count() > 1 {
+                    push(std::mem::take(&mut latin));
+                }
+                latin.clear();
+                run.push(c);
+                continue;
+            }
+            match run.len() {
+                0 => {}
+                1 => push(run[0].to_string()),
+                _ => {
+                    for pair in run.windows(2) {
+                        let function = pair
+                            .iter()
+                            .all(|c| FUNCTION_WORDS.contains(&c.to_string().as_str()));
+                        if !function {
+                            push(pair.iter().collect());
+                        }
+                    }
+                }
+            }
+            run.clear();
+            if c != ' ' {
+                latin.extend(c.to_lowercase());
+            }
         }
         // A single Latin letter or digit matches too much to help.
-        if term.chars().count() == 1 && !term.chars().any(is_unspaced) {
-            continue;
+        if latin.chars().count() > 1 {
+            push(latin);
         }
-        terms.push(term.to_owned());
     }
     terms
 }
@@ -89,11 +143,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chinese_characters_become_terms_and_latin_words_stay_whole() {
-        assert_eq!(indexed_text("Rex 是狗"), "rex  是  狗 ");
+    fn chinese_characters_and_their_pairs_become_terms_and_latin_words_stay_whole() {
+        assert_eq!(indexed_text("Rex 是狗."), "rex  是 狗 是狗 .");
         assert_eq!(
             match_query("用户的狗?").as_deref(),
-            Some("\"用\" OR \"户\" OR \"狗\"")
+            Some("\"用户\" OR \"户的\" OR \"的狗\"")
+        );
+        // "我的" and "什么" are function words; a lone character stands for itself.
+        assert_eq!(
+            match_query("我的狗叫什么? 狗").as_deref(),
+            Some("\"的狗\" OR \"狗叫\" OR \"叫什\" OR \"狗\"")
+        );
+        assert_eq!(
+            match_query("特斯拉Model3").as_deref(),
+            Some("\"特斯\" OR \"斯拉\" OR \"model3\"")
         );
         assert_eq!(
             match_query("What is my DOG's name, a?").as_deref(),

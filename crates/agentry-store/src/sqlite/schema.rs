@@ -9,10 +9,11 @@
 //!
 //! Migrations are append-only: a released one is never edited.
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
 use super::Ctx;
 use crate::StoreError;
+use crate::search::terms::indexed_text;
 
 /// `PRAGMA application_id` of an Agentry session database ("AgSt").
 pub(crate) const APPLICATION_ID: i64 = 0x4167_5374;
@@ -180,8 +181,43 @@ CREATE INDEX knowledge_chunks_base ON knowledge_chunks (base_id, id);
 CREATE VIRTUAL TABLE knowledge_fts USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 2');
 ";
 
+/// Version 7: Chinese, Japanese and Korean text is indexed with the pairs of neighbouring
+/// characters too ([`indexed_text`]): the full-text terms of every memory and chunk are
+/// written again.
+fn v7_reindex_terms(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    for (table, fts) in [
+        ("memories", "memories_fts"),
+        ("knowledge_chunks", "knowledge_fts"),
+    ] {
+        let rows = tx
+            .prepare(&format!("SELECT id, content FROM {table}"))?
+            .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        tx.execute(&format!("DELETE FROM {fts}"), [])?;
+        let mut insert = tx.prepare(&format!("INSERT INTO {fts} (rowid, terms) VALUES (?1, ?2)"))?;
+        for (id, content) in rows {
+            insert.execute(params![id, indexed_text(&content)])?;
+        }
+    }
+    Ok(())
+}
+
+/// One step of the schema: SQL, or Rust where the new rows are computed by the code.
+enum Migration {
+    Sql(&'static str),
+    Rust(fn(&Transaction<'_>) -> rusqlite::Result<()>),
+}
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[Migration] = &[
+    Migration::Sql(V1),
+    Migration::Sql(V2),
+    Migration::Sql(V3),
+    Migration::Sql(V4),
+    Migration::Sql(V5),
+    Migration::Sql(V6),
+    Migration::Rust(v7_reindex_terms),
+];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
 pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {
@@ -227,8 +263,12 @@ pub(super) fn migrate(conn: &mut Connection, ctx: &Ctx) -> Result<(), StoreError
     if version == SCHEMA_VERSION {
         return Ok(());
     }
-    for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(sql).map_err(|e| ctx.err(e))?;
+    for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        match migration {
+            Migration::Sql(sql) => tx.execute_batch(sql),
+            Migration::Rust(step) => step(&tx),
+        }
+        .map_err(|e| ctx.err(e))?;
         tracing::debug!(from, to = from + 1, "session store migrated");
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)

@@ -414,8 +414,40 @@ async fn a_version_1_database_is_migrated_with_its_sessions_kept() {
     assert_eq!(totals.cost_usd, None, "an old ledger has no cost");
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
     // v4: an old call has no explanation, a new one keeps it.
     let calls = store.calls(&old.id).await.unwrap();
     assert!(calls.iter().all(|c| c.explanation.is_none()));
+}
+
+#[tokio::test]
+async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.db");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let memory = |content: &str| super::NewMemory {
+            content: content.into(),
+            source: agentry::memory::long_term::RecordSource::User,
+            session_id: None,
+            embedding: None,
+        };
+        store
+            .record_memories("ada", vec![memory("用户的狗叫Rex。"), memory("狗")])
+            .await
+            .unwrap();
+        // As version 6 indexed it: each character alone.
+        store.with_conn(|c| {
+            c.execute(
+                "UPDATE memories_fts SET terms = ' 用 户 的 狗 叫 rex' WHERE rowid = 1",
+                [],
+            )
+            .unwrap();
+            c.pragma_update(None, "user_version", 6).unwrap();
+        });
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(store.lexical_memories("ada", "狗叫什么", 5).await.unwrap(), [1]);
 }
