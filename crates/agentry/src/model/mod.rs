@@ -10,6 +10,7 @@ mod accumulate;
 pub mod anthropic;
 pub mod cassette;
 mod context_window;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod encoded_tools;
 #[doc(hidden)]
 #[cfg(feature = "openai")]
