@@ -55,12 +55,28 @@ fn set() -> anyhow::Result<(Vec<Fact>, Vec<Question>)> {
 /// Notes on matters none of the questions ask about, in both languages.
 fn notes(count: usize) -> Vec<String> {
     const PARTS: [&str; 10] = [
-        "billing", "search", "login", "upload", "report", "export", "queue", "cache", "scheduler", "gateway",
+        "billing",
+        "search",
+        "login",
+        "upload",
+        "report",
+        "export",
+        "queue",
+        "cache",
+        "scheduler",
+        "gateway",
     ];
     const DAYS: [&str; 5] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"];
     const TEAMS: [&str; 5] = ["市场部", "研发部", "财务部", "运营部", "法务部"];
     const TOPICS: [&str; 8] = [
-        "季度预算", "服务器迁移", "招聘计划", "产品发布", "客户反馈", "合同续签", "数据备份", "安全审计",
+        "季度预算",
+        "服务器迁移",
+        "招聘计划",
+        "产品发布",
+        "客户反馈",
+        "合同续签",
+        "数据备份",
+        "安全审计",
     ];
     (0..count)
         .map(|n| match n % 2 {
@@ -110,7 +126,10 @@ async fn recall(
         let hits = question.expected.iter().filter(|id| found.contains(id)).count();
         let score = hits as f64 / question.expected.len().clamp(1, 5) as f64;
         if hits < question.expected.len() {
-            missed.push(format!("{} ({:?} found {:?})", question.text, question.expected, found));
+            missed.push(format!(
+                "{} ({:?} found {:?})",
+                question.text, question.expected, found
+            ));
         }
         match groups.iter_mut().find(|(g, _, _)| *g == question.group) {
             Some((_, sum, n)) => {
@@ -142,7 +161,9 @@ fn main() -> anyhow::Result<()> {
         let (facts, questions) = set()?;
         let notes = notes(count);
         let embedder = match model {
-            Some(path) => tokio::task::spawn_blocking(move || agentry_embed::LocalEmbedder::load(path)).await??,
+            Some(path) => {
+                tokio::task::spawn_blocking(move || agentry_embed::LocalEmbedder::load(path)).await??
+            }
             None => agentry_embed::LocalEmbedder::pull_default().await?,
         };
         println!(

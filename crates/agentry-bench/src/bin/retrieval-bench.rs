@@ -142,6 +142,7 @@ fn main() -> anyhow::Result<()> {
         );
         let mut memory_times = Vec::with_capacity(queries);
         let mut chunk_times = Vec::with_capacity(queries);
+        let mut lexical_times = Vec::with_capacity(queries);
         for q in 0..queries {
             let query = format!("where is the {} of the {}?", WORDS[q % 24], WORDS[(q * 7) % 24]);
             let t = Instant::now();
@@ -149,12 +150,16 @@ fn main() -> anyhow::Result<()> {
             memory_times.push(t.elapsed());
             anyhow::ensure!(found.len() == 5, "found {}", found.len());
             let t = Instant::now();
+            store.lexical_memories("bench", &query, 20).await?;
+            lexical_times.push(t.elapsed());
+            let t = Instant::now();
             let found = knowledge.retrieve(&query, 5, None).await?;
             chunk_times.push(t.elapsed());
             anyhow::ensure!(found.len() == 5, "found {}", found.len());
         }
         report(&format!("long-term memory, {count} memories"), memory_times);
         report(&format!("knowledge base, {count} chunks"), chunk_times);
+        report("of which the full-text search of memories", lexical_times);
         Ok(())
     })
 }

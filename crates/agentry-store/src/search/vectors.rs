@@ -1,16 +1,66 @@
 //! Vectors compared in memory: the nearest ones to a query by dot product (cosine for unit
-//! vectors), over every vector of a set, without an approximate index. 100,000 vectors of 384
-//! dimensions are scanned in a few milliseconds on one core (see `agentry-bench`'s
-//! `retrieval` benchmark).
+//! vectors), over every vector of a set, without an approximate index. Each vector is kept in
+//! 8 bits with its scale (a quarter of the memory of `f32`s, and a quarter of the bytes a scan
+//! reads: 100,000 vectors of 384 dimensions are 38 MB, scanned in a few milliseconds on one
+//! core; see `agentry-bench`'s `retrieval-bench`). The query is put in 8 bits the same way; a
+//! score is then off its exact cosine by about 0.002, far below the gaps that order results.
 
 /// A set of unit vectors of one length, each with its id, stored in one contiguous buffer.
 #[derive(Debug, Clone, Default)]
 pub struct VectorSet {
     dimensions: usize,
     ids: Vec<i64>,
-    values: Vec<f32>,
+    /// Each vector's values as `code × scale`, `dimensions` codes a vector.
+    codes: Vec<i8>,
+    scales: Vec<f32>,
     /// Where each id's vector is.
     positions: std::collections::HashMap<i64, usize>,
+}
+
+/// `vector` in 8 bits: its codes, and the scale that turns a code back into a value.
+fn quantize(vector: &[f32], codes: &mut [i8]) -> f32 {
+    let largest = vector.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if largest == 0.0 || !largest.is_finite() {
+        codes.fill(0);
+        return 0.0;
+    }
+    let scale = largest / 127.0;
+    for (code, v) in codes.iter_mut().zip(vector) {
+        *code = (v / scale).round().clamp(-127.0, 127.0) as i8;
+    }
+    scale
+}
+
+/// The dot product of two code vectors, in lanes of 16 so that the compiler multiplies them in
+/// 16-bit pairs summed into 32 bits (`pmaddwd`), which every x86-64 has.
+fn dot_codes(a: &[i8], b: &[i8]) -> i32 {
+    let mut lanes = [0i32; 16];
+    let (a16, a_rest) = a.split_at(a.len() - a.len() % 16);
+    let (b16, b_rest) = b.split_at(b.len() - b.len() % 16);
+    for (x, y) in a16.chunks_exact(16).zip(b16.chunks_exact(16)) {
+        for i in 0..16 {
+            lanes[i] += i32::from(i16::from(x[i]) * i16::from(y[i]));
+        }
+    }
+    let mut sum: i32 = lanes.iter().sum();
+    for (x, y) in a_rest.iter().zip(b_rest) {
+        sum += i32::from(i16::from(*x) * i16::from(*y));
+    }
+    sum
+}
+
+/// A query ready to be scored against a set: its codes and scale.
+struct Query {
+    codes: Vec<i8>,
+    scale: f32,
+}
+
+impl Query {
+    fn new(vector: &[f32]) -> Self {
+        let mut codes = vec![0i8; vector.len()];
+        let scale = quantize(vector, &mut codes);
+        Query { codes, scale }
+    }
 }
 
 impl VectorSet {
@@ -18,9 +68,7 @@ impl VectorSet {
     pub fn new(dimensions: usize) -> Self {
         VectorSet {
             dimensions,
-            ids: Vec::new(),
-            values: Vec::new(),
-            positions: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -39,18 +87,25 @@ impl VectorSet {
         self.ids.is_empty()
     }
 
-    /// Adds a vector; one of another length is ignored (returns false).
+    /// Adds a vector, or replaces the vector of `id`; one of another length is ignored
+    /// (returns false).
     pub fn push(&mut self, id: i64, vector: &[f32]) -> bool {
-        if vector.len() != self.dimensions {
+        let d = self.dimensions;
+        if vector.len() != d {
             return false;
         }
-        if let Some(&at) = self.positions.get(&id) {
-            self.values[at * self.dimensions..(at + 1) * self.dimensions].copy_from_slice(vector);
-            return true;
-        }
-        self.positions.insert(id, self.ids.len());
-        self.ids.push(id);
-        self.values.extend_from_slice(vector);
+        let at = match self.positions.get(&id) {
+            Some(&at) => at,
+            None => {
+                let at = self.ids.len();
+                self.positions.insert(id, at);
+                self.ids.push(id);
+                self.codes.resize(self.codes.len() + d, 0);
+                self.scales.push(0.0);
+                at
+            }
+        };
+        self.scales[at] = quantize(vector, &mut self.codes[at * d..(at + 1) * d]);
         true
     }
 
@@ -58,16 +113,17 @@ impl VectorSet {
     pub fn remove(&mut self, id: i64) {
         if let Some(at) = self.positions.remove(&id) {
             self.ids.swap_remove(at);
+            self.scales.swap_remove(at);
             if let Some(&moved) = self.ids.get(at) {
                 self.positions.insert(moved, at);
             }
             let d = self.dimensions;
             let last = self.ids.len() * d;
             if at * d != last {
-                let (head, tail) = self.values.split_at_mut(last);
+                let (head, tail) = self.codes.split_at_mut(last);
                 head[at * d..at * d + d].copy_from_slice(&tail[..d]);
             }
-            self.values.truncate(last);
+            self.codes.truncate(last);
         }
     }
 
@@ -75,7 +131,12 @@ impl VectorSet {
     pub fn score(&self, id: i64, query: &[f32]) -> Option<f32> {
         let at = *self.positions.get(&id)?;
         let d = self.dimensions;
-        (query.len() == d).then(|| dot(query, &self.values[at * d..at * d + d]))
+        if query.len() != d {
+            return None;
+        }
+        let query = Query::new(query);
+        let dot = dot_codes(&query.codes, &self.codes[at * d..at * d + d]);
+        Some(dot as f32 * query.scale * self.scales[at])
     }
 
     /// The `limit` ids nearest to `query`, with their scores, best first.
@@ -83,10 +144,12 @@ impl VectorSet {
         if query.len() != self.dimensions || self.dimensions == 0 || limit == 0 {
             return Vec::new();
         }
+        let query = Query::new(query);
         // The best `limit` so far, worst first, so the bar to enter is `best[0]`.
         let mut best: Vec<(f32, i64)> = Vec::with_capacity(limit + 1);
-        for (id, vector) in self.ids.iter().zip(self.values.chunks_exact(self.dimensions)) {
-            let score = dot(query, vector);
+        let vectors = self.codes.chunks_exact(self.dimensions).zip(&self.scales);
+        for (id, (codes, scale)) in self.ids.iter().zip(vectors) {
+            let score = dot_codes(&query.codes, codes) as f32 * scale;
             if best.len() == limit && score <= best[0].0 {
                 continue;
             }
@@ -96,7 +159,10 @@ impl VectorSet {
                 best.remove(0);
             }
         }
-        best.into_iter().rev().map(|(score, id)| (id, score)).collect()
+        best.into_iter()
+            .rev()
+            .map(|(score, id)| (id, score * query.scale))
+            .collect()
     }
 }
 
@@ -147,23 +213,6 @@ impl<S: PartialEq> VectorCache<S> {
     }
 }
 
-/// The dot product, in eight lanes so that the compiler vectorises it.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (a8, a_rest) = a.split_at(a.len() - a.len() % 8);
-    let (b8, b_rest) = b.split_at(b.len() - b.len() % 8);
-    for (x, y) in a8.chunks_exact(8).zip(b8.chunks_exact(8)) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    let mut sum: f32 = lanes.iter().sum();
-    for (x, y) in a_rest.iter().zip(b_rest) {
-        sum += x * y;
-    }
-    sum
-}
-
 /// A vector as stored: little-endian `f32`s.
 pub fn to_bytes(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|v| v.to_le_bytes()).collect()
@@ -195,11 +244,51 @@ mod tests {
         set.remove(1);
         let found = set.nearest(&[1.0, 0.0], 5);
         assert_eq!(found.iter().map(|f| f.0).collect::<Vec<_>>(), [3, 2]);
-        assert_eq!(set.score(3, &[1.0, 0.0]), Some(0.6));
+        let close = |score: Option<f32>, expected: f32| score.is_some_and(|s| (s - expected).abs() < 0.005);
+        assert!(close(set.score(3, &[1.0, 0.0]), 0.6));
         assert_eq!(set.score(1, &[1.0, 0.0]), None);
         set.push(2, &[1.0, 0.0]);
-        assert_eq!((set.len(), set.score(2, &[1.0, 0.0])), (2, Some(1.0)));
+        assert_eq!(set.len(), 2);
+        assert!(close(set.score(2, &[1.0, 0.0]), 1.0));
         assert_eq!(from_bytes(&to_bytes(&[0.25, -1.5])), Some(vec![0.25, -1.5]));
-        assert_eq!(dot(&[1.0; 11], &[2.0; 11]), 22.0);
+    }
+
+    /// Scores in 8 bits stay within 0.005 of the exact cosine, over every length the loop
+    /// handles (whole lanes and a rest).
+    #[test]
+    fn eight_bit_scores_are_close_to_the_exact_cosine() {
+        let mut state = 7u64;
+        let mut unit = |d: usize| {
+            let v: Vec<f32> = (0..d)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state % 2001) as f32 / 1000.0 - 1.0
+                })
+                .collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / norm).collect::<Vec<f32>>()
+        };
+        for d in [3, 16, 37, 384] {
+            let mut set = VectorSet::new(d);
+            let vectors: Vec<Vec<f32>> = (0..50).map(|_| unit(d)).collect();
+            for (id, v) in vectors.iter().enumerate() {
+                set.push(id as i64, v);
+            }
+            let query = unit(d);
+            for (id, v) in vectors.iter().enumerate() {
+                let exact: f32 = v.iter().zip(&query).map(|(a, b)| a * b).sum();
+                let score = set.score(id as i64, &query).unwrap();
+                assert!((score - exact).abs() < 0.005, "d {d}: {score} vs {exact}");
+            }
+            let (best, score) = set.nearest(&query, 1)[0];
+            let exact: f32 = vectors[best as usize]
+                .iter()
+                .zip(&query)
+                .map(|(a, b)| a * b)
+                .sum();
+            assert!((score - exact).abs() < 0.005);
+        }
     }
 }
