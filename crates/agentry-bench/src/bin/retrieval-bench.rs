@@ -3,10 +3,16 @@
 //! query's vector given (the embedding model's own time is measured apart, by agentry-embed's
 //! benchmark).
 //!
-//!     cargo run --release -p agentry-bench --bin retrieval-bench -- [COUNT] [QUERIES]
+//!     cargo run --release -p agentry-bench --bin retrieval-bench -- [COUNT] [QUERIES] [--narrow]
 //!
 //! Prints the median, p99 and maximum of QUERIES retrievals (default 300) over COUNT memories
 //! (default 100,000) of 384 dimensions, then the same over as many knowledge chunks.
+//!
+//! The texts are twelve words each drawn from 20,000 with the frequencies of content words in
+//! prose (Zipf's law, from the 100th most common word on: the commoner ones are function words,
+//! which queries leave out), and a query is three such words. `--narrow` draws every text from
+//! 24 words instead, so that each query word is in an eighth of all texts: the worst case of
+//! the full-text search, which ranks every text that has a query word.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,13 +70,66 @@ const WORDS: [&str; 24] = [
     "contract", "server", "lunch", "library",
 ];
 
-fn text(n: usize) -> String {
-    format!(
-        "note {n}: the {} and the {} near the {}",
-        WORDS[n % 24],
-        WORDS[(n / 24) % 24],
-        WORDS[(n / 576) % 24]
-    )
+/// How the texts and queries are made.
+#[derive(Clone, Copy)]
+enum Vocabulary {
+    /// Words with the frequencies of prose.
+    Prose,
+    /// 24 words.
+    Narrow,
+}
+
+/// A made-up word for a rank (letters from its digits in base 26).
+fn word(mut rank: u64) -> String {
+    let mut w = String::from("w");
+    loop {
+        w.push((b'a' + (rank % 26) as u8) as char);
+        rank /= 26;
+        if rank == 0 {
+            return w;
+        }
+    }
+}
+
+/// A word of rank 100 to 20,100 with probability ∝ 1/rank, from a pseudo-random number.
+fn zipf_word(state: &mut u64) -> String {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    let u = (*state % 1_000_000) as f64 / 1_000_000.0;
+    // The inverse of the continuous 1/r distribution over [100, 20100].
+    word((100.0 * (201.0f64).powf(u)) as u64)
+}
+
+fn text(n: usize, vocabulary: Vocabulary) -> String {
+    match vocabulary {
+        Vocabulary::Narrow => format!(
+            "note {n}: the {} and the {} near the {}",
+            WORDS[n % 24],
+            WORDS[(n / 24) % 24],
+            WORDS[(n / 576) % 24]
+        ),
+        Vocabulary::Prose => {
+            let mut state = seed(&n.to_string()) | 1;
+            (0..12)
+                .map(|_| zipf_word(&mut state))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    }
+}
+
+fn query(q: usize, vocabulary: Vocabulary) -> String {
+    match vocabulary {
+        Vocabulary::Narrow => format!("where is the {} of the {}?", WORDS[q % 24], WORDS[(q * 7) % 24]),
+        Vocabulary::Prose => {
+            let mut state = seed(&format!("query {q}")) | 1;
+            (0..3)
+                .map(|_| zipf_word(&mut state))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    }
 }
 
 fn report(what: &str, mut times: Vec<Duration>) {
@@ -86,7 +145,13 @@ fn report(what: &str, mut times: Vec<Duration>) {
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let narrow = std::env::args().any(|a| a == "--narrow");
+    let vocabulary = if narrow {
+        Vocabulary::Narrow
+    } else {
+        Vocabulary::Prose
+    };
+    let mut args = std::env::args().skip(1).filter(|a| a != "--narrow");
     let count: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100_000);
     let queries: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(300);
     // One core: the runtime's own thread and the store's blocking thread take turns.
@@ -102,10 +167,10 @@ fn main() -> anyhow::Result<()> {
             let memories = batch
                 .iter()
                 .map(|&n| NewMemory {
-                    content: text(n),
+                    content: text(n, vocabulary),
                     source: agentry::memory::long_term::RecordSource::User,
                     session_id: None,
-                    embedding: Some(("fixed".into(), vector(seed(&text(n))))),
+                    embedding: Some(("fixed".into(), vector(seed(&text(n, vocabulary))))),
                 })
                 .collect();
             store.record_memories("bench", memories).await?;
@@ -115,8 +180,8 @@ fn main() -> anyhow::Result<()> {
             let chunks = batch
                 .iter()
                 .map(|&n| NewChunk {
-                    content: text(n),
-                    embedding: Some(("fixed".into(), vector(seed(&text(n))))),
+                    content: text(n, vocabulary),
+                    embedding: Some(("fixed".into(), vector(seed(&text(n, vocabulary))))),
                 })
                 .collect();
             store
@@ -144,7 +209,7 @@ fn main() -> anyhow::Result<()> {
         let mut chunk_times = Vec::with_capacity(queries);
         let mut lexical_times = Vec::with_capacity(queries);
         for q in 0..queries {
-            let query = format!("where is the {} of the {}?", WORDS[q % 24], WORDS[(q * 7) % 24]);
+            let query = query(q, vocabulary);
             let t = Instant::now();
             let found = memory.retrieve(&query, 5).await?;
             memory_times.push(t.elapsed());
