@@ -40,6 +40,7 @@ mod bert;
 mod file;
 mod matmul;
 mod ops;
+mod tiles;
 mod tokenizer;
 
 use std::path::{Path, PathBuf};

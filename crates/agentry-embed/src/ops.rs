@@ -28,7 +28,7 @@ impl LayerNorm {
 /// calls must be inlined into it for the wider instructions to apply. No FMA is used unless
 /// asked for, so the results are the same bits either way.
 #[inline(always)]
-fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     if let Some(simd) = pulp::x86::V3::try_new() {
         return simd.vectorize(f);
