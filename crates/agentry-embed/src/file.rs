@@ -349,7 +349,6 @@ fn read_directory(r: &mut Reader<'_>, file_len: usize) -> Result<HashMap<String,
 }
 
 /// Expands Q4_0 `blocks` into `out` (32 values per 18-byte block), exactly as ggml does.
-#[inline(always)]
 pub(crate) fn dequantize_q4_0(blocks: &[u8], out: &mut [f32]) {
     for (block, out) in blocks
         .chunks_exact(Q4_BLOCK_BYTES)
