@@ -68,15 +68,26 @@ const FUNCTION_WORDS: &[&str] = &[
 /// words weigh more), or `None` when it has no word. Function words are left out unless the
 /// query has nothing else.
 pub fn match_query(query: &str) -> Option<String> {
+    match_expression(&search_terms(query))
+}
+
+/// The terms of `query` that are searched for: its terms without the function words, unless
+/// it has nothing else.
+pub fn search_terms(query: &str) -> Vec<String> {
     let terms = query_terms(query);
-    let content: Vec<&String> = terms
+    let content: Vec<String> = terms
         .iter()
         .filter(|t| !FUNCTION_WORDS.contains(&t.as_str()))
+        .cloned()
         .collect();
-    let terms: Vec<&String> = match content.is_empty() {
-        true => terms.iter().collect(),
+    match content.is_empty() {
+        true => terms,
         false => content,
-    };
+    }
+}
+
+/// An FTS5 query matching any of `terms`, or `None` when there is none.
+pub fn match_expression(terms: &[String]) -> Option<String> {
     if terms.is_empty() {
         return None;
     }

@@ -8,7 +8,7 @@ use super::rows::ts;
 use super::tx::{commit, write_tx};
 use super::{Ctx, SqliteStore, search_rows};
 use crate::StoreError;
-use crate::search::terms::{indexed_text, match_query};
+use crate::search::terms::{indexed_text, search_terms};
 use crate::search::vectors::to_bytes;
 
 /// A memory to keep.
@@ -71,11 +71,15 @@ impl SqliteStore {
         query: &str,
         limit: usize,
     ) -> Result<Vec<i64>, StoreError> {
-        let Some(fts) = match_query(query) else {
+        let terms = search_terms(query);
+        if terms.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         let user = user.to_owned();
         self.run(move |conn, ctx| {
+            let Some(fts) = search_rows::selective_match(conn, ctx, "memories_fts", terms)? else {
+                return Ok(Vec::new());
+            };
             search_rows::ids(
                 conn,
                 ctx,

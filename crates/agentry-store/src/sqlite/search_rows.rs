@@ -1,11 +1,53 @@
 //! The queries memories and knowledge chunks share the shape of: ids ranked by full-text
 //! search, and the vectors of a set of rows.
 
-use rusqlite::{Connection, Params};
+use rusqlite::{Connection, OptionalExtension, Params, params};
 
 use super::Ctx;
 use crate::StoreError;
+use crate::search::terms::match_expression;
 use crate::search::vectors::from_bytes;
+
+/// Texts a full-text search ranks at most, beyond those of its rarest word: bm25 is computed for
+/// every text that has a query word, so a word in thousands of texts would cost milliseconds
+/// and, being common, add little to the ranking.
+const MATCHED_TEXTS_BUDGET: i64 = 2_000;
+
+/// `terms` as the FTS5 query to run on the table `fts`: the rarest first, then the others
+/// while the texts they are in stay within [`MATCHED_TEXTS_BUDGET`]. A term the index does not
+/// hold as written (it may match with its accents folded) is kept. `None` when no term is left.
+pub(super) fn selective_match(
+    conn: &Connection,
+    ctx: &Ctx,
+    fts: &str,
+    terms: Vec<String>,
+) -> Result<Option<String>, StoreError> {
+    conn.execute_batch(&format!(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, row)"
+    ))
+    .map_err(|e| ctx.err(e))?;
+    let mut lookup = conn
+        .prepare_cached(&format!("SELECT doc FROM temp.{fts}_vocab WHERE term = ?1"))
+        .map_err(|e| ctx.err(e))?;
+    let mut counted: Vec<(i64, String)> = Vec::with_capacity(terms.len());
+    for term in terms {
+        let texts: Option<i64> = lookup
+            .query_row(params![term], |row| row.get(0))
+            .optional()
+            .map_err(|e| ctx.err(e))?;
+        counted.push((texts.unwrap_or(0), term));
+    }
+    counted.sort();
+    let mut kept = Vec::with_capacity(counted.len());
+    let mut matched = 0;
+    for (texts, term) in counted {
+        if texts == 0 || kept.is_empty() || matched + texts <= MATCHED_TEXTS_BUDGET {
+            matched += texts;
+            kept.push(term);
+        }
+    }
+    Ok(match_expression(&kept))
+}
 
 /// The ids `sql` selects (its first column), in its order.
 pub(super) fn ids(

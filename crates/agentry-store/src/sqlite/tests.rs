@@ -451,3 +451,47 @@ async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs() {
     assert_eq!(version, SCHEMA_VERSION);
     assert_eq!(store.lexical_memories("ada", "狗叫什么", 5).await.unwrap(), [1]);
 }
+
+/// A word in thousands of texts is left out of a search that has a rarer word: bm25 would
+/// rank every one of those texts, for little.
+#[tokio::test]
+async fn a_common_word_beside_a_rare_one_is_not_ranked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
+    let memory = |content: String| super::NewMemory {
+        content,
+        source: agentry::memory::long_term::RecordSource::User,
+        session_id: None,
+        embedding: None,
+    };
+    let mut memories: Vec<super::NewMemory> = (0..2_100).map(|n| memory(format!("meeting {n}"))).collect();
+    memories.push(memory("the meeting about the zeppelin".into()));
+    store.record_memories("ada", memories).await.unwrap();
+    assert_eq!(
+        store
+            .lexical_memories("ada", "zeppelin meeting", 50)
+            .await
+            .unwrap(),
+        [2_101]
+    );
+    // Alone, the common word is searched.
+    assert_eq!(
+        store.lexical_memories("ada", "meeting", 50).await.unwrap().len(),
+        50
+    );
+    // Among few texts, every word counts.
+    let few = SqliteStore::open(dir.path().join("few.db")).unwrap();
+    few.record_memories(
+        "bob",
+        vec![memory("meeting notes".into()), memory("zeppelin".into())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        few.lexical_memories("bob", "zeppelin meeting", 5)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
