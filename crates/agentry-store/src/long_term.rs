@@ -93,6 +93,7 @@ impl StoredLongTermMemory {
                 .update(|state, vectors| {
                     vectors.remove(id);
                     state.count -= 1;
+                    state.changes += 1;
                 })
                 .await;
         }
@@ -181,7 +182,7 @@ impl LongTermMemory for StoredLongTermMemory {
                     }
                 }
                 state.count += ids.len() as i64;
-                state.last_id = ids.last().copied().unwrap_or(state.last_id);
+                state.changes += ids.len() as i64;
             })
             .await;
         Ok(ids.len())

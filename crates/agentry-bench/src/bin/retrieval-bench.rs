@@ -208,12 +208,16 @@ fn main() -> anyhow::Result<()> {
         let mut memory_times = Vec::with_capacity(queries);
         let mut chunk_times = Vec::with_capacity(queries);
         let mut lexical_times = Vec::with_capacity(queries);
+        let mut state_times = Vec::with_capacity(queries);
         for q in 0..queries {
             let query = query(q, vocabulary);
             let t = Instant::now();
             let found = memory.retrieve(&query, 5).await?;
             memory_times.push(t.elapsed());
             anyhow::ensure!(found.len() == 5, "found {}", found.len());
+            let t = Instant::now();
+            store.memory_state("bench").await?;
+            state_times.push(t.elapsed());
             let t = Instant::now();
             store.lexical_memories("bench", &query, 20).await?;
             lexical_times.push(t.elapsed());
@@ -225,6 +229,7 @@ fn main() -> anyhow::Result<()> {
         report(&format!("long-term memory, {count} memories"), memory_times);
         report(&format!("knowledge base, {count} chunks"), chunk_times);
         report("of which the full-text search of memories", lexical_times);
+        report("of which reading whether the memories changed", state_times);
         Ok(())
     })
 }

@@ -33,6 +33,7 @@ fn quantize(vector: &[f32], codes: &mut [i8]) -> f32 {
 
 /// The dot product of two code vectors, in lanes of 16 so that the compiler multiplies them in
 /// 16-bit pairs summed into 32 bits (`pmaddwd`), which every x86-64 has.
+#[inline(always)]
 fn dot_codes(a: &[i8], b: &[i8]) -> i32 {
     let mut lanes = [0i32; 16];
     let (a16, a_rest) = a.split_at(a.len() - a.len() % 16);
@@ -47,6 +48,18 @@ fn dot_codes(a: &[i8], b: &[i8]) -> i32 {
         sum += i32::from(i16::from(*x) * i16::from(*y));
     }
     sum
+}
+
+/// Runs `f` compiled for AVX2 where the CPU has it (checked once), else as it is: built for
+/// baseline x86-64, the scan would use 128-bit SSE2 only. What `f` calls must be inlined into
+/// it for the wider instructions to apply.
+#[inline(always)]
+fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = pulp::x86::V3::try_new() {
+        return simd.vectorize(f);
+    }
+    f()
 }
 
 /// A query ready to be scored against a set: its codes and scale.
@@ -146,19 +159,25 @@ impl VectorSet {
         }
         let query = Query::new(query);
         // The best `limit` so far, worst first, so the bar to enter is `best[0]`.
-        let mut best: Vec<(f32, i64)> = Vec::with_capacity(limit + 1);
-        let vectors = self.codes.chunks_exact(self.dimensions).zip(&self.scales);
-        for (id, (codes, scale)) in self.ids.iter().zip(vectors) {
-            let score = dot_codes(&query.codes, codes) as f32 * scale;
-            if best.len() == limit && score <= best[0].0 {
-                continue;
-            }
-            let at = best.partition_point(|(s, _)| *s < score);
-            best.insert(at, (score, *id));
-            if best.len() > limit {
-                best.remove(0);
-            }
-        }
+        let best = vectorized(
+            #[inline(always)]
+            || {
+                let mut best: Vec<(f32, i64)> = Vec::with_capacity(limit + 1);
+                let vectors = self.codes.chunks_exact(self.dimensions).zip(&self.scales);
+                for (id, (codes, scale)) in self.ids.iter().zip(vectors) {
+                    let score = dot_codes(&query.codes, codes) as f32 * scale;
+                    if best.len() == limit && score <= best[0].0 {
+                        continue;
+                    }
+                    let at = best.partition_point(|(s, _)| *s < score);
+                    best.insert(at, (score, *id));
+                    if best.len() > limit {
+                        best.remove(0);
+                    }
+                }
+                best
+            },
+        );
         best.into_iter()
             .rev()
             .map(|(score, id)| (id, score * query.scale))

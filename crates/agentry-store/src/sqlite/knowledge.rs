@@ -210,18 +210,12 @@ impl SqliteStore {
         .await
     }
 
-    /// How many chunks base `base_id` has and the newest chunk's id (to tell cached vectors
-    /// stale).
+    /// How many chunks base `base_id` has, and how many were ever added or removed (to tell
+    /// cached vectors stale).
     pub async fn chunk_state(&self, base_id: i64) -> Result<(i64, i64), StoreError> {
-        self.run(move |conn, ctx| {
-            conn.query_row(
-                "SELECT count(*), coalesce(max(id), 0) FROM knowledge_chunks WHERE base_id = ?1",
-                params![base_id],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .map_err(|e| ctx.err(e))
-        })
-        .await
+        let scope = format!("chunks:{base_id}");
+        self.run(move |conn, ctx| search_rows::scope_state(conn, ctx, &scope))
+            .await
     }
 
     /// The chunks with these ids in base `base_id`, in the order of `ids`.

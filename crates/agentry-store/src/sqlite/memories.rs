@@ -29,8 +29,8 @@ pub struct NewMemory {
 pub struct MemoryState {
     /// How many memories the user has.
     pub count: i64,
-    /// The newest memory's id (0 when none).
-    pub last_id: i64,
+    /// How many memories were ever added to or removed from the user's.
+    pub changes: i64,
 }
 
 fn source_of(text: &str) -> RecordSource {
@@ -107,21 +107,12 @@ impl SqliteStore {
         .await
     }
 
-    /// How many memories `user` has, and the newest id.
+    /// How many memories `user` has, and how many changes they have seen.
     pub async fn memory_state(&self, user: &str) -> Result<MemoryState, StoreError> {
-        let user = user.to_owned();
+        let scope = format!("memories:{user}");
         self.run(move |conn, ctx| {
-            conn.query_row(
-                "SELECT count(*), coalesce(max(id), 0) FROM memories WHERE user_name = ?1",
-                params![user],
-                |row| {
-                    Ok(MemoryState {
-                        count: row.get(0)?,
-                        last_id: row.get(1)?,
-                    })
-                },
-            )
-            .map_err(|e| ctx.err(e))
+            let (count, changes) = search_rows::scope_state(conn, ctx, &scope)?;
+            Ok(MemoryState { count, changes })
         })
         .await
     }

@@ -202,6 +202,37 @@ fn v7_reindex_terms(tx: &Transaction<'_>) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Version 8: the rows of each memory owner and knowledge base and a count of their changes,
+/// kept by triggers. Whether cached vectors are stale was told by a count over all the rows,
+/// which took 10 ms of every retrieval among 100,000 memories.
+const V8: &str = "
+CREATE TABLE search_scopes (
+    scope       TEXT PRIMARY KEY,        -- 'memories:' || user_name, or 'chunks:' || base_id
+    row_count   INTEGER NOT NULL,
+    changes     INTEGER NOT NULL         -- rows added or removed so far
+) STRICT, WITHOUT ROWID;
+INSERT INTO search_scopes
+    SELECT 'memories:' || user_name, count(*), count(*) FROM memories GROUP BY user_name;
+INSERT INTO search_scopes
+    SELECT 'chunks:' || base_id, count(*), count(*) FROM knowledge_chunks GROUP BY base_id;
+CREATE TRIGGER memories_scope_in AFTER INSERT ON memories BEGIN
+    INSERT INTO search_scopes VALUES ('memories:' || NEW.user_name, 1, 1)
+    ON CONFLICT (scope) DO UPDATE SET row_count = row_count + 1, changes = changes + 1;
+END;
+CREATE TRIGGER memories_scope_out AFTER DELETE ON memories BEGIN
+    UPDATE search_scopes SET row_count = row_count - 1, changes = changes + 1
+    WHERE scope = 'memories:' || OLD.user_name;
+END;
+CREATE TRIGGER chunks_scope_in AFTER INSERT ON knowledge_chunks BEGIN
+    INSERT INTO search_scopes VALUES ('chunks:' || NEW.base_id, 1, 1)
+    ON CONFLICT (scope) DO UPDATE SET row_count = row_count + 1, changes = changes + 1;
+END;
+CREATE TRIGGER chunks_scope_out AFTER DELETE ON knowledge_chunks BEGIN
+    UPDATE search_scopes SET row_count = row_count - 1, changes = changes + 1
+    WHERE scope = 'chunks:' || OLD.base_id;
+END;
+";
+
 /// One step of the schema: SQL, or Rust where the new rows are computed by the code.
 enum Migration {
     Sql(&'static str),
@@ -217,6 +248,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(V5),
     Migration::Sql(V6),
     Migration::Rust(v7_reindex_terms),
+    Migration::Sql(V8),
 ];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.

@@ -49,6 +49,19 @@ pub(super) fn selective_match(
     Ok(match_expression(&kept))
 }
 
+/// The rows of a search scope (`memories:USER` or `chunks:BASE_ID`) and the changes it has
+/// seen, from the counters the schema's triggers keep; `(0, 0)` for a scope never written.
+pub(super) fn scope_state(conn: &Connection, ctx: &Ctx, scope: &str) -> Result<(i64, i64), StoreError> {
+    conn.prepare_cached("SELECT row_count, changes FROM search_scopes WHERE scope = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row(params![scope], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map(Option::unwrap_or_default)
+        .map_err(|e| ctx.err(e))
+}
+
 /// The ids `sql` selects (its first column), in its order.
 pub(super) fn ids(
     conn: &Connection,

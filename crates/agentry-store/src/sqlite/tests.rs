@@ -414,14 +414,14 @@ async fn a_version_1_database_is_migrated_with_its_sessions_kept() {
     assert_eq!(totals.cost_usd, None, "an old ledger has no cost");
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 7);
+    assert_eq!(SCHEMA_VERSION, 8);
     // v4: an old call has no explanation, a new one keeps it.
     let calls = store.calls(&old.id).await.unwrap();
     assert!(calls.iter().all(|c| c.explanation.is_none()));
 }
 
 #[tokio::test]
-async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs() {
+async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs_and_its_rows_counted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v6.db");
     {
@@ -436,11 +436,17 @@ async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs() {
             .record_memories("ada", vec![memory("用户的狗叫Rex。"), memory("狗")])
             .await
             .unwrap();
-        // As version 6 indexed it: each character alone.
+        // As version 6 indexed it (each character alone), without version 8's counters.
         store.with_conn(|c| {
             c.execute(
                 "UPDATE memories_fts SET terms = ' 用 户 的 狗 叫 rex' WHERE rowid = 1",
                 [],
+            )
+            .unwrap();
+            c.execute_batch(
+                "DROP TRIGGER memories_scope_in; DROP TRIGGER memories_scope_out;
+                 DROP TRIGGER chunks_scope_in; DROP TRIGGER chunks_scope_out;
+                 DROP TABLE search_scopes;",
             )
             .unwrap();
             c.pragma_update(None, "user_version", 6).unwrap();
@@ -450,6 +456,13 @@ async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs() {
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
     assert_eq!(version, SCHEMA_VERSION);
     assert_eq!(store.lexical_memories("ada", "狗叫什么", 5).await.unwrap(), [1]);
+    // Version 8 counted the kept memories, and counts what comes.
+    let state = store.memory_state("ada").await.unwrap();
+    assert_eq!((state.count, state.changes), (2, 2));
+    assert!(store.forget_memory("ada", 2).await.unwrap());
+    let state = store.memory_state("ada").await.unwrap();
+    assert_eq!((state.count, state.changes), (1, 3));
+    assert_eq!(store.memory_state("bob").await.unwrap().count, 0);
 }
 
 /// A word in thousands of texts is left out of a search that has a rarer word: bm25 would
