@@ -238,14 +238,14 @@ async fn the_agent_recalls_before_its_loop_records_after_it_and_uses_its_tools()
 
 /// A step that retrieves from an empty memory or knowledge base costs a query, not an
 /// embedding (the embedded model takes tens of milliseconds for one).
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn nothing_is_embedded_to_search_an_empty_memory_or_base() {
     let (_dir, path) = db();
     let store = SqliteStore::open(&path).unwrap();
     let embedder = Arc::new(Concepts::default());
     let ada = memory(&store, "ada", &embedder);
     assert!(ada.retrieve("my dog", 5).await.unwrap().is_empty());
-    store.open_knowledge_base("empty").await.unwrap();
+    let info = store.open_knowledge_base("empty").await.unwrap();
     let base = agentry_store::StoredKnowledgeBase::open(
         store.clone(),
         "empty",
@@ -257,6 +257,20 @@ async fn nothing_is_embedded_to_search_an_empty_memory_or_base() {
     use agentry::knowledge::KnowledgeBase;
     assert!(base.retrieve("my dog", 5, None).await.unwrap().is_empty());
     assert_eq!(embedder.embedded.load(Ordering::SeqCst), 0);
+
+    // A document another writer adds to a base found empty is seen a second later.
+    let chunk = agentry_store::NewChunk {
+        content: "The dog is Rex.".into(),
+        embedding: None,
+    };
+    store
+        .replace_document(info.id, "dog.md", "h", None, vec![chunk])
+        .await
+        .unwrap();
+    assert!(base.retrieve("dog", 5, None).await.unwrap().is_empty());
+    tokio::time::advance(std::time::Duration::from_millis(1_100)).await;
+    assert_eq!(base.retrieve("dog", 5, None).await.unwrap().len(), 1);
+    embedder.embedded.store(0, Ordering::SeqCst);
 
     // Once there is something, the query is embedded and found by meaning.
     ada.record(vec!["Rex barks".into()], RecordSource::User)
