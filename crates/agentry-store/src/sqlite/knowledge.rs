@@ -180,16 +180,16 @@ impl SqliteStore {
             return Ok(Vec::new());
         }
         self.run(move |conn, ctx| {
-            let Some(fts) = search_rows::selective_match(conn, ctx, "knowledge_fts", terms)? else {
-                return Ok(Vec::new());
-            };
-            search_rows::ids(
+            search_rows::lexical_ids(
                 conn,
                 ctx,
+                "knowledge_fts",
+                terms,
                 "SELECT c.id FROM knowledge_fts f JOIN knowledge_chunks c ON c.id = f.rowid
                  WHERE knowledge_fts MATCH ?1 AND c.base_id = ?2
                  ORDER BY bm25(knowledge_fts) LIMIT ?3",
-                params![fts, base_id, limit as i64],
+                &base_id,
+                limit,
             )
         })
         .await

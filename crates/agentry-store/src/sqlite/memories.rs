@@ -77,16 +77,16 @@ impl SqliteStore {
         }
         let user = user.to_owned();
         self.run(move |conn, ctx| {
-            let Some(fts) = search_rows::selective_match(conn, ctx, "memories_fts", terms)? else {
-                return Ok(Vec::new());
-            };
-            search_rows::ids(
+            search_rows::lexical_ids(
                 conn,
                 ctx,
+                "memories_fts",
+                terms,
                 "SELECT m.id FROM memories_fts f JOIN memories m ON m.id = f.rowid
                  WHERE memories_fts MATCH ?1 AND m.user_name = ?2
                  ORDER BY bm25(memories_fts) LIMIT ?3",
-                params![fts, user, limit as i64],
+                &user,
+                limit,
             )
         })
         .await

@@ -226,6 +226,7 @@ impl SqliteStore {
         if version < SCHEMA_VERSION {
             schema::migrate(&mut conn, &ctx)?;
         }
+        search_rows::create_term_counts(&conn, &ctx)?;
         // The bundled SQLite plans with STAT4, which re-prepares a statement whenever a bound
         // value could change its plan: every cached statement was parsed again on each use
         // (8 % of a step's CPU in agentry-bench --db). The plans here do not depend on values.

@@ -13,19 +13,47 @@ use crate::search::vectors::from_bytes;
 /// and, being common, add little to the ranking.
 const MATCHED_TEXTS_BUDGET: i64 = 2_000;
 
+/// The full-text tables whose term counts [`selective_match`] reads.
+const FULL_TEXT_TABLES: [&str; 2] = ["memories_fts", "knowledge_fts"];
+
+/// Makes the connection's views of how many texts hold each term (`temp.<table>_vocab`), once
+/// per connection, after the schema is migrated.
+pub(super) fn create_term_counts(conn: &Connection, ctx: &Ctx) -> Result<(), StoreError> {
+    for fts in FULL_TEXT_TABLES {
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, row)"
+        ))
+        .map_err(|e| ctx.err(e))?;
+    }
+    Ok(())
+}
+
+/// The ids `sql` ranks for `terms` on the full-text table `fts` ([`selective_match`] makes
+/// its `?1`; `?2` is `scope`, `?3` the limit); none when no term is left to search.
+pub(super) fn lexical_ids(
+    conn: &Connection,
+    ctx: &Ctx,
+    fts: &str,
+    terms: Vec<String>,
+    sql: &str,
+    scope: &dyn rusqlite::ToSql,
+    limit: usize,
+) -> Result<Vec<i64>, StoreError> {
+    match selective_match(conn, ctx, fts, terms)? {
+        Some(matching) => ids(conn, ctx, sql, params![matching, scope, limit as i64]),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// `terms` as the FTS5 query to run on the table `fts`: the rarest first, then the others
 /// while the texts they are in stay within [`MATCHED_TEXTS_BUDGET`]. A term the index does not
 /// hold as written (it may match with its accents folded) is kept. `None` when no term is left.
-pub(super) fn selective_match(
+fn selective_match(
     conn: &Connection,
     ctx: &Ctx,
     fts: &str,
     terms: Vec<String>,
 ) -> Result<Option<String>, StoreError> {
-    conn.execute_batch(&format!(
-        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, row)"
-    ))
-    .map_err(|e| ctx.err(e))?;
     let mut lookup = conn
         .prepare_cached(&format!("SELECT doc FROM temp.{fts}_vocab WHERE term = ?1"))
         .map_err(|e| ctx.err(e))?;
