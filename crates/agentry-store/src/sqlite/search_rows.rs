@@ -67,10 +67,16 @@ fn selective_match(
     }
     counted.sort();
     let mut kept = Vec::with_capacity(counted.len());
-    let mut matched = 0;
+    // Texts the kept terms the index holds are in; `None` until the rarest of them is kept.
+    let mut matched: Option<i64> = None;
     for (texts, term) in counted {
-        if texts == 0 || kept.is_empty() || matched + texts <= MATCHED_TEXTS_BUDGET {
-            matched += texts;
+        if texts == 0 {
+            kept.push(term);
+            continue;
+        }
+        let total = matched.unwrap_or(0) + texts;
+        if matched.is_none() || total <= MATCHED_TEXTS_BUDGET {
+            matched = Some(total);
             kept.push(term);
         }
     }

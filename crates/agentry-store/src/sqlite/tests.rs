@@ -492,6 +492,15 @@ async fn a_common_word_beside_a_rare_one_is_not_ranked() {
         store.lexical_memories("ada", "meeting", 50).await.unwrap().len(),
         50
     );
+    // A word the index does not hold does not stand in for the rarest word it does hold.
+    assert_eq!(
+        store
+            .lexical_memories("ada", "quux meeting", 50)
+            .await
+            .unwrap()
+            .len(),
+        50
+    );
     // Among few texts, every word counts.
     let few = SqliteStore::open(dir.path().join("few.db")).unwrap();
     few.record_memories(
