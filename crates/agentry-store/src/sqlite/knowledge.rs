@@ -185,9 +185,12 @@ impl SqliteStore {
                 ctx,
                 "knowledge_fts",
                 terms,
-                "SELECT c.id FROM knowledge_fts f JOIN knowledge_chunks c ON c.id = f.rowid
-                 WHERE knowledge_fts MATCH ?1 AND c.base_id = ?2
-                 ORDER BY bm25(knowledge_fts) LIMIT ?3",
+                "SELECT id FROM (
+                     SELECT c.id AS id, bm25(knowledge_fts) AS score
+                     FROM knowledge_fts f JOIN knowledge_chunks c INDEXED BY knowledge_chunks_base ON c.id = f.rowid
+                     WHERE knowledge_fts MATCH ?1 AND c.base_id = ?2
+                     ORDER BY f.rowid DESC LIMIT ?4)
+                 ORDER BY score LIMIT ?3",
                 &base_id,
                 limit,
             )

@@ -82,9 +82,12 @@ impl SqliteStore {
                 ctx,
                 "memories_fts",
                 terms,
-                "SELECT m.id FROM memories_fts f JOIN memories m ON m.id = f.rowid
-                 WHERE memories_fts MATCH ?1 AND m.user_name = ?2
-                 ORDER BY bm25(memories_fts) LIMIT ?3",
+                "SELECT id FROM (
+                     SELECT m.id AS id, bm25(memories_fts) AS score
+                     FROM memories_fts f JOIN memories m INDEXED BY memories_user ON m.id = f.rowid
+                     WHERE memories_fts MATCH ?1 AND m.user_name = ?2
+                     ORDER BY f.rowid DESC LIMIT ?4)
+                 ORDER BY score LIMIT ?3",
                 &user,
                 limit,
             )

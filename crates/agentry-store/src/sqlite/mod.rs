@@ -53,6 +53,10 @@ use lease::Leases;
 pub use memories::{MemoryState, NewMemory};
 pub use schema::SCHEMA_VERSION;
 
+/// The connection's page cache, in KiB as SQLite's negative `cache_size` takes it (filled only
+/// as pages are read).
+const PAGE_CACHE_KIB: i64 = -65_536;
+
 /// How much a commit waits for the disk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -222,6 +226,10 @@ impl SqliteStore {
             Synchronous::Normal => "NORMAL",
         };
         conn.pragma_update(None, "synchronous", synchronous)
+            .map_err(|e| ctx.err(e))?;
+        // The full-text indexes of 100,000 memories or chunks are tens of megabytes: within
+        // SQLite's default 2 MB page cache, every search read its pages again from the OS.
+        conn.pragma_update(None, "cache_size", PAGE_CACHE_KIB)
             .map_err(|e| ctx.err(e))?;
         if version < SCHEMA_VERSION {
             schema::migrate(&mut conn, &ctx)?;

@@ -517,3 +517,24 @@ async fn a_common_word_beside_a_rare_one_is_not_ranked() {
         2
     );
 }
+
+/// When even the rarest query word is in more texts than a search ranks, the newest of them
+/// are ranked: the oldest text, the best match by bm25, is not among them.
+#[tokio::test]
+async fn a_word_in_too_many_texts_ranks_only_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
+    let memory = |content: String| super::NewMemory {
+        content,
+        source: agentry::memory::long_term::RecordSource::User,
+        session_id: None,
+        embedding: None,
+    };
+    let mut memories = vec![memory("meeting".into())];
+    memories.extend((0..1_100).map(|n| memory(format!("meeting about topic number {n}"))));
+    store.record_memories("ada", memories).await.unwrap();
+    let found = store.lexical_memories("ada", "meeting", 2_000).await.unwrap();
+    assert_eq!(found.len(), 1_000);
+    assert!(!found.contains(&1), "the oldest memory was ranked");
+    assert!(found.contains(&1_101), "the newest memory was not ranked");
+}
