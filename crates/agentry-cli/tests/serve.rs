@@ -6,7 +6,7 @@ use crate::common;
 
 use agentry_testkit::{FakeLlm, Reply};
 use common::program::Program;
-use common::{agentry, http_client, serve_args, served_reply, server_base, text};
+use common::{agentry, http_client, http_client_with_token, serve_args, served_reply, server_base, text};
 
 use serde_json::Value;
 
@@ -79,7 +79,81 @@ async fn serve_refuses_a_public_address_without_a_token_and_an_empty_token() {
         "{}",
         text(&out.stderr)
     );
+    std::fs::write(&token, "ada:token-of-ada\nbob:\n").unwrap();
+    let out = agentry(
+        serve_args(
+            &fake,
+            home,
+            &[
+                "--addr",
+                "0.0.0.0:0",
+                "--token-file",
+                &token.display().to_string(),
+            ],
+        ),
+        home,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("line 2 of the token file: the token is empty"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(fake.request_count(), 0);
+}
+
+/// With a token file of users, each user's sessions have that user's long-term memory: what
+/// Ada told one session, her next session recalls, and Bob's never sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_users_each_have_their_own_long_term_memory() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let tokens = home.join("tokens");
+    std::fs::write(&tokens, "ada:token-of-ada\nbob:token-of-bob\n").unwrap();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Noted."));
+    fake.push(Reply::text("I do not know your dog."));
+    fake.push(Reply::text("Your dog is Rex."));
+    let tokens = tokens.display().to_string();
+    let server = Program::start(
+        &serve_args(
+            &fake,
+            home,
+            &[
+                "--addr",
+                "127.0.0.1:0",
+                "--token-file",
+                &tokens,
+                "--long-term-memory",
+                "static",
+            ],
+        ),
+        home,
+    );
+    let base = server_base(&server).await;
+    let (ada, bob) = (
+        http_client_with_token("token-of-ada"),
+        http_client_with_token("token-of-bob"),
+    );
+    served_reply(&ada, &base, "ada one", "My dog is called Rex.").await;
+    served_reply(&bob, &base, "bob one", "What is my dog called?").await;
+    served_reply(&ada, &base, "ada two", "What is my dog called?").await;
+    server.terminate();
+    let (status, _, err) = server.finish().await;
+    assert!(status.success(), "{err}");
+    let requests = fake.requests();
+    let recalled = |request: usize| {
+        requests[request].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["content"].as_str())
+            .any(|text| text.starts_with("<long_term_memory>") && text.contains("Rex"))
+    };
+    assert!(!recalled(1), "Bob's session was given Ada's memory");
+    assert!(recalled(2), "Ada's second session did not recall her memory");
+    fake.assert_no_violations();
 }
 
 /// `serve` gives every session the long-term memory of its user and the knowledge bases: what

@@ -36,7 +36,7 @@ mod read;
 pub use chunk::{Chunk, DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS, chunk_text};
 pub use collect::collect_files;
 pub use error::ReadError;
-pub use read::{Document, Format, read_document};
+pub use read::{Document, Format, document_from_bytes, read_document};
 
 use sha2::{Digest, Sha256};
 

@@ -75,27 +75,33 @@ pub struct Document {
 /// [`ReadError::Unreadable`].
 pub fn read_document(path: &Path) -> Result<Document, ReadError> {
     let bytes = std::fs::read(path).map_err(|e| ReadError::io(path, e))?;
+    document_from_bytes(path, &bytes)
+}
+
+/// [`read_document`] of a file's content already read: `path` names it (in errors) and gives
+/// its format.
+pub fn document_from_bytes(path: &Path, bytes: &[u8]) -> Result<Document, ReadError> {
     let format = match Format::from_path(path) {
         Some(format) => format,
-        None if sniff_text(&bytes) => Format::Text,
+        None if sniff_text(bytes) => Format::Text,
         None => return Err(ReadError::unsupported(path)),
     };
     match format {
         Format::Text => Ok(Document {
-            text: normalize_newlines(&decode_text(path, &bytes)?),
+            text: normalize_newlines(&decode_text(path, bytes)?),
             title: None,
             format,
         }),
         Format::Markdown => {
-            let (text, title) = markdown::to_text(&decode_text(path, &bytes)?);
+            let (text, title) = markdown::to_text(&decode_text(path, bytes)?);
             Ok(Document { text, title, format })
         }
         Format::Html => {
-            let (text, title) = html::to_text(&bytes).map_err(|e| ReadError::unreadable(path, e))?;
+            let (text, title) = html::to_text(bytes).map_err(|e| ReadError::unreadable(path, e))?;
             Ok(Document { text, title, format })
         }
         Format::Pdf => {
-            let (text, title) = pdf::to_text(&bytes).map_err(|e| ReadError::unreadable(path, e))?;
+            let (text, title) = pdf::to_text(bytes).map_err(|e| ReadError::unreadable(path, e))?;
             Ok(Document { text, title, format })
         }
     }

@@ -22,7 +22,7 @@
 //! let store = Arc::new(agentry_store::SqliteStore::open_default()?);
 //! let toolkit = agentry::tool::Toolkit::new();
 //! let tools = toolkit.clone();
-//! let server = Server::new(store, toolkit, Arc::new(move || {
+//! let server = Server::new(store, toolkit, Arc::new(move |_owner: Option<&str>| {
 //!     agentry::ReActAgent::builder().name("agentry").model(Arc::clone(&model)).toolkit(tools.clone())
 //! }));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
@@ -38,6 +38,7 @@ mod openapi;
 mod page;
 mod routes;
 mod state;
+mod users;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -45,17 +46,17 @@ use std::sync::Arc;
 
 use agentry::tool::Toolkit;
 use agentry_store::SessionStore;
-use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
+use axum::{Extension, Router};
 
 pub use error::ApiError;
 pub use loopback_guard::LoopbackGuard;
 pub use openapi::ApiDoc;
 pub use state::AgentFactory;
+pub use users::{Caller, TokenFile, TokenFileError};
 
 use state::AppState;
 
@@ -68,8 +69,11 @@ const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 pub enum Security {
     /// Anyone who can reach it: only for a loopback address.
     Loopback,
-    /// Requests carrying `Authorization: Bearer TOKEN`.
+    /// Requests carrying `Authorization: Bearer TOKEN`, from the server's own user.
     Token(String),
+    /// Requests carrying one of the tokens of a token file, each from its user: a session
+    /// belongs to the user who made it, and is not found by any other.
+    Users(TokenFile),
 }
 
 impl std::fmt::Debug for Security {
@@ -77,6 +81,7 @@ impl std::fmt::Debug for Security {
         match self {
             Security::Loopback => f.write_str("Loopback"),
             Security::Token(_) => f.write_str("Token(…)"),
+            Security::Users(tokens) => write!(f, "Users({tokens:?})"),
         }
     }
 }
@@ -135,7 +140,7 @@ impl Server {
                     Arc::clone(&guard).page(request, next)
                 }))
             }
-            Security::Token(_) => page::routes(),
+            Security::Token(_) | Security::Users(_) => page::routes(),
         };
         page.merge(self.api(security))
     }
@@ -144,29 +149,33 @@ impl Server {
         let router = routes::routes()
             .route("/openapi.json", axum::routing::get(openapi::document))
             .with_state(Arc::clone(&self.state));
-        match security {
+        let tokens = match security {
             Security::Loopback => {
                 let guard = Arc::new(self.guard.clone());
-                router.layer(middleware::from_fn(move |request: Request, next: Next| {
-                    Arc::clone(&guard).api(request, next)
-                }))
+                return router
+                    .layer(middleware::from_fn(move |request: Request, next: Next| {
+                        Arc::clone(&guard).api(request, next)
+                    }))
+                    .layer(Extension(Caller::Operator));
             }
-            Security::Token(token) => {
-                let token: Arc<[u8]> = token.into_bytes().into();
-                router.layer(middleware::from_fn(
-                    move |headers: HeaderMap, request: Request, next: Next| {
-                        let token = Arc::clone(&token);
-                        async move {
-                            if authorized(&headers, &token) {
-                                next.run(request).await
-                            } else {
-                                unauthorized()
-                            }
+            Security::Token(token) => TokenFile::single(&token),
+            Security::Users(tokens) => tokens,
+        };
+        let tokens = Arc::new(tokens);
+        router.layer(middleware::from_fn(
+            move |headers: HeaderMap, mut request: Request, next: Next| {
+                let tokens = Arc::clone(&tokens);
+                async move {
+                    match caller(&headers, &tokens) {
+                        Some(caller) => {
+                            request.extensions_mut().insert(caller);
+                            next.run(request).await
                         }
-                    },
-                ))
-            }
-        }
+                        None => unauthorized(),
+                    }
+                }
+            },
+        ))
     }
 
     /// Serves on `listener` until `shutdown` resolves. Refuses a non-loopback address without
@@ -183,6 +192,7 @@ impl Server {
         match &security {
             Security::Loopback if !addr.ip().is_loopback() => return Err(ServeError::NoToken(addr)),
             Security::Token(token) if token.is_empty() => return Err(ServeError::EmptyToken),
+            Security::Users(tokens) if tokens.has_empty_token() => return Err(ServeError::EmptyToken),
             _ => {}
         }
         let app = self.router(security);
@@ -197,15 +207,12 @@ impl Server {
     }
 }
 
-fn authorized(headers: &HeaderMap, token: &[u8]) -> bool {
-    let Some(given) = headers
+/// Who the request's bearer token is of, if anyone's.
+fn caller(headers: &HeaderMap, tokens: &TokenFile) -> Option<Caller> {
+    let given = headers
         .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-    else {
-        return false;
-    };
-    // Lengths may differ: `ct_eq` on slices of different lengths is false without comparing.
-    bool::from(given.ct_eq(token))
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))?;
+    tokens.caller(given)
 }
 
 fn unauthorized() -> Response {

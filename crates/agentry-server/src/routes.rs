@@ -7,6 +7,7 @@ use agentry::agent::ApprovalError;
 use agentry::message::Msg;
 use agentry::tool::{ApprovalDecision, CancelOutcome};
 use agentry_store::SessionId;
+use axum::Extension;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -23,6 +24,7 @@ use crate::bodies::{
 use crate::error::ApiError;
 use crate::events::{ResumeError, last_handed_out};
 use crate::state::AppState;
+use crate::users::Caller;
 
 type Shared = State<Arc<AppState>>;
 
@@ -83,9 +85,18 @@ pub async fn tools(State(state): Shared) -> Json<ToolList> {
 
 /// The sessions, most recently used first.
 #[utoipa::path(get, path = "/v1/sessions", responses((status = 200, body = SessionList), (status = 401, body = ErrorBody)))]
-pub async fn list_sessions(State(state): Shared) -> Result<Json<SessionList>, ApiError> {
+pub async fn list_sessions(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<SessionList>, ApiError> {
     let mut sessions = Vec::new();
-    for info in state.store.sessions().await? {
+    for info in state
+        .store
+        .sessions()
+        .await?
+        .into_iter()
+        .filter(|info| caller.owns(info))
+    {
         let replying = state.loaded(&info.id).await.is_some_and(|s| s.is_replying());
         sessions.push(SessionSummary::new(&info, replying));
     }
@@ -97,6 +108,7 @@ pub async fn list_sessions(State(state): Shared) -> Result<Json<SessionList>, Ap
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn create_session(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     payload: Result<Json<NewSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let new = body(payload)?;
@@ -110,7 +122,7 @@ pub async fn create_session(
     }
     let info = state
         .store
-        .create_session(name, &json!({"agent": "agentry-server"}))
+        .create_owned_session(name, &json!({"agent": "agentry-server"}), caller.owner())
         .await?;
     Ok((StatusCode::CREATED, Json(SessionSummary::new(&info, false))).into_response())
 }
@@ -120,10 +132,11 @@ pub async fn create_session(
     responses((status = 200, body = SessionDetail), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn show_session(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<SessionDetail>, ApiError> {
     let id = SessionId::new(id);
-    let Some(info) = state.store.session(&id).await? else {
+    let Some(info) = state.store.session(&id).await?.filter(|info| caller.owns(info)) else {
         return Err(ApiError::no_session(id.as_str()));
     };
     let (messages, last_event_id, replying) = match state.loaded(&id).await {
@@ -157,8 +170,13 @@ pub async fn show_session(
 /// Deletes a session (not while a reply runs).
 #[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn delete_session(State(state): Shared, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete_session(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let id = SessionId::new(id);
+    state.check_owner(&caller, &id).await?;
     if let Some(live) = state.loaded(&id).await {
         if live.is_replying() {
             return Err(ApiError::conflict(
@@ -182,9 +200,12 @@ pub async fn delete_session(State(state): Shared, Path(id): Path<String>) -> Res
     responses((status = 202, body = ReplyStarted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn send_message(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     payload: Result<Json<NewMessage>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let id = SessionId::new(id);
+    state.check_owner(&caller, &id).await?;
     let message = body(payload)?;
     if !has_text(&message.text) {
         return Err(ApiError::bad_request("empty_message", "the message has no text"));
@@ -192,7 +213,7 @@ pub async fn send_message(
     if state.stopping.is_cancelled() {
         return Err(stopping());
     }
-    let live = state.live(&SessionId::new(id)).await?;
+    let live = state.live(&id).await?;
     let after = live.events.last_id();
     let text = message.text;
     if !live.start(move |agent: &ReActAgent| agent.start_reply(Msg::user(text))) {
@@ -212,9 +233,12 @@ pub async fn send_message(
     responses((status = 200, content_type = "text/event-stream", body = String), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn events(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let id = SessionId::new(id);
+    state.check_owner(&caller, &id).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
         Some(value) => value
@@ -228,7 +252,7 @@ pub async fn events(
     if state.stopping.is_cancelled() {
         return Err(stopping());
     }
-    let live = state.live(&SessionId::new(id)).await?;
+    let live = state.live(&id).await?;
     let stream = live.events.stream_after(after).map_err(|e| match e {
         ResumeError::TooOld { oldest } => ApiError::conflict(
             "events_gone",
@@ -247,9 +271,13 @@ pub async fn events(
 /// Cancels the running reply.
 #[utoipa::path(post, path = "/v1/sessions/{id}/cancel", params(("id" = String, Path)),
     responses((status = 200, body = Outcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Result<Json<Outcome>, ApiError> {
+pub async fn cancel_reply(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
-    let live = loaded_or_404(&state, &id).await?;
+    let live = loaded_or_404(&state, &caller, &id).await?;
     match live.agent.handle().cancel_reply() {
         CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
         CancelOutcome::AlreadyCancelled => Ok(outcome(OutcomeKind::AlreadyCancelled)),
@@ -265,10 +293,11 @@ pub async fn cancel_reply(State(state): Shared, Path(id): Path<String>) -> Resul
     responses((status = 200, body = Outcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn cancel_call(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path((id, call_id)): Path<(String, String)>,
 ) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
-    let live = loaded_or_404(&state, &id).await?;
+    let live = loaded_or_404(&state, &caller, &id).await?;
     match live.agent.handle().cancel_call(call_id.as_str()) {
         CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
         // A second cancel while the call winds down changes nothing, and says so (C2).
@@ -298,12 +327,14 @@ pub async fn cancel_call(
     responses((status = 200, body = Outcome), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn decide(
     State(state): Shared,
+    Extension(caller): Extension<Caller>,
     Path((id, call_id)): Path<(String, String)>,
     payload: Result<Json<ApprovalDecision>, JsonRejection>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let decision = body(payload)?;
     let id = SessionId::new(id);
-    let live = loaded_or_404(&state, &id).await?;
+    state.check_owner(&caller, &id).await?;
+    let decision = body(payload)?;
+    let live = loaded_or_404(&state, &caller, &id).await?;
     live.agent
         .handle()
         .decide(call_id.as_str(), decision)
@@ -322,12 +353,20 @@ fn stopping() -> ApiError {
     )
 }
 
-/// A loaded session: one that is not loaded has no reply, so nothing to cancel or decide.
-async fn loaded_or_404(state: &AppState, id: &SessionId) -> Result<Arc<crate::state::LiveSession>, ApiError> {
+/// A loaded session of `caller`'s: one that is not loaded has no reply, so nothing to cancel
+/// or decide.
+async fn loaded_or_404(
+    state: &AppState,
+    caller: &Caller,
+    id: &SessionId,
+) -> Result<Arc<crate::state::LiveSession>, ApiError> {
     if let Some(live) = state.loaded(id).await {
-        return Ok(live);
+        return match caller.owns(live.memory.session()) {
+            true => Ok(live),
+            false => Err(ApiError::no_session(id.as_str())),
+        };
     }
-    match state.store.session(id).await? {
+    match state.store.session(id).await?.filter(|info| caller.owns(info)) {
         Some(_) => Err(ApiError::conflict(
             "not_replying",
             "no reply runs in this session",

@@ -13,10 +13,13 @@ use tokio::sync::Mutex;
 
 use crate::error::ApiError;
 use crate::events::{EventLog, EventWriter};
+use crate::users::Caller;
 
-/// Starts the agent of a session: its model, tools, prompt and hooks. The server attaches the
+/// Starts the agent of a session: its model, tools, prompt and hooks, given the user the
+/// session belongs to ([`SessionInfo::owner`](agentry_store::SessionInfo::owner): `None` for
+/// the server's own user), whose long-term memory it should have. The server attaches the
 /// session to it ([`SessionMemory::attach`]).
-pub type AgentFactory = Arc<dyn Fn() -> ReActAgentBuilder + Send + Sync>;
+pub type AgentFactory = Arc<dyn Fn(Option<&str>) -> ReActAgentBuilder + Send + Sync>;
 
 /// A session loaded by the server: it holds the session's writer lease.
 pub struct LiveSession {
@@ -124,7 +127,7 @@ impl AppState {
         let memory =
             Arc::new(SessionMemory::open_with(Arc::clone(&self.store), id, PendingApprovals::Keep).await?);
         let agent = memory
-            .attach((self.factory)())
+            .attach((self.factory)(memory.session().owner.as_deref()))
             .await?
             .build()
             .map_err(|e| ApiError::internal(e.to_string()))?;
@@ -146,6 +149,23 @@ impl AppState {
         }
         live.insert(id.clone(), Arc::clone(&session));
         Ok(session)
+    }
+
+    /// Fails with 404 unless session `id` exists and is `caller`'s: to anyone else, another
+    /// user's session does not exist.
+    pub async fn check_owner(&self, caller: &Caller, id: &SessionId) -> Result<(), ApiError> {
+        let owned = match self.loaded(id).await {
+            Some(live) => caller.owns(live.memory.session()),
+            None => self
+                .store
+                .session(id)
+                .await?
+                .is_some_and(|info| caller.owns(&info)),
+        };
+        match owned {
+            true => Ok(()),
+            false => Err(ApiError::no_session(id.as_str())),
+        }
     }
 
     /// The loaded session `id`, if it is loaded.

@@ -6,3 +6,4 @@ mod browser;
 mod common;
 mod loopback_guard;
 mod schemathesis;
+mod users;

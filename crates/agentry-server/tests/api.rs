@@ -290,7 +290,7 @@ async fn a_token_is_required_off_loopback_and_checked_on_every_route() {
     let server = Server::new(
         store,
         crate::common::toolkit(),
-        std::sync::Arc::new(agentry::ReActAgent::builder),
+        std::sync::Arc::new(|_: Option<&str>| agentry::ReActAgent::builder()),
     );
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
     let refused = server

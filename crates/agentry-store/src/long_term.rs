@@ -69,6 +69,12 @@ impl StoredLongTermMemory {
         }
     }
 
+    /// `user`'s memories on the same store and embedder (a server keeps one per user of its
+    /// token file).
+    pub fn for_user(&self, user: impl Into<String>) -> Self {
+        StoredLongTermMemory::new(self.store.clone(), user, self.embedder.clone())
+    }
+
     /// Records made from now on name this session as where they come from.
     pub fn in_session(mut self, session_id: impl Into<String>) -> Self {
         self.session_id = Some(session_id.into());

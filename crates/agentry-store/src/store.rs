@@ -67,9 +67,19 @@ impl fmt::Debug for Lease {
 pub trait SessionStore: Send + Sync {
     // ---- sessions ----
 
-    /// Creates a session named `name` with its agent configuration (a JSON object).
-    /// [`StoreError::NameTaken`] if the name is used.
-    async fn create_session(&self, name: &str, config: &Value) -> Result<SessionInfo, StoreError>;
+    /// Creates a session named `name` with its agent configuration (a JSON object), for the
+    /// store's own user. [`StoreError::NameTaken`] if the name is used.
+    async fn create_session(&self, name: &str, config: &Value) -> Result<SessionInfo, StoreError> {
+        self.create_owned_session(name, config, None).await
+    }
+    /// Creates a session as [`create_session`](Self::create_session) does, belonging to
+    /// `owner` (see [`SessionInfo::owner`]). Names are unique across owners.
+    async fn create_owned_session(
+        &self,
+        name: &str,
+        config: &Value,
+        owner: Option<&str>,
+    ) -> Result<SessionInfo, StoreError>;
     /// The session with this id.
     async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError>;
     /// The session with this name.

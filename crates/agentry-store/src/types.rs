@@ -55,6 +55,11 @@ pub struct SessionInfo {
     pub config: Value,
     /// How many messages it holds.
     pub message_count: u64,
+    /// The user it belongs to, when a server made it for one of its users (`user:token` in
+    /// its token file); `None` for the sessions of the store's own user (the terminal's, and
+    /// a server's with a single token or none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Where a tool call is: one of the three live states of spec 3.0, or its terminal state.

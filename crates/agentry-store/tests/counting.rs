@@ -39,9 +39,14 @@ impl Counting {
 
 #[async_trait]
 impl SessionStore for Counting {
-    async fn create_session(&self, name: &str, config: &Value) -> Result<SessionInfo, StoreError> {
+    async fn create_owned_session(
+        &self,
+        name: &str,
+        config: &Value,
+        owner: Option<&str>,
+    ) -> Result<SessionInfo, StoreError> {
         self.write();
-        self.inner.create_session(name, config).await
+        self.inner.create_owned_session(name, config, owner).await
     }
     async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         self.inner.session(id).await

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use agentry::embedding::{EmbedPurpose, Embedder};
 use agentry::knowledge::KnowledgeBase;
 use agentry_knowledge::{
-    DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS, chunk_text, collect_files, content_hash, read_document,
+    DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS, chunk_text, collect_files, content_hash, document_from_bytes,
 };
 use agentry_store::{NewChunk, SqliteStore, StoredKnowledgeBase};
 use clap::{Args, Subcommand};
 
 use crate::config::load_config_file;
-use crate::setup::memory::{MemoryArgs, embedder, embedding_plan};
+use crate::setup::memory::{EmbeddingArgs, embedder, embedding_plan};
 use crate::setup::session::StoreArgs;
 use crate::terminal::output::outln;
 use crate::terminal::sanitize;
@@ -33,13 +33,8 @@ pub struct KbArgs {
     command: KbCommand,
     #[command(flatten)]
     store: StoreArgs,
-    /// Embed with this OpenAI-compatible endpoint (`…/v1`) instead of the embedded model
-    /// (config: embedding_base_url)
-    #[arg(long, value_name = "URL", global = true)]
-    embedding_base_url: Option<String>,
-    /// The endpoint's embedding model (config: embedding_model)
-    #[arg(long, value_name = "NAME", global = true)]
-    embedding_model: Option<String>,
+    #[command(flatten)]
+    embedding: EmbeddingArgs,
     /// The config file [default: ~/.config/agentry/config.json]
     #[arg(long, value_name = "FILE", global = true)]
     config: Option<PathBuf>,
@@ -95,16 +90,10 @@ pub async fn kb(args: KbArgs) -> ExitCode {
 
 async fn run_command(args: KbArgs) -> anyhow::Result<ExitCode> {
     let file = load_config_file(args.config.as_deref())?;
-    let settings = MemoryArgs {
-        long_term_memory: None,
-        user: None,
-        embedding_base_url: args.embedding_base_url.clone(),
-        embedding_model: args.embedding_model.clone(),
-    };
     let store = args.store.open()?;
     match args.command {
         KbCommand::Add { name, paths } => {
-            let embedder = embedder(&embedding_plan(&settings, &file)).await;
+            let embedder = embedder(&embedding_plan(&args.embedding, &file)).await;
             add(&store, &name, &paths, embedder).await
         }
         KbCommand::List { json } => {
@@ -133,7 +122,7 @@ async fn run_command(args: KbArgs) -> anyhow::Result<ExitCode> {
             limit,
             json,
         } => {
-            let embedder = embedder(&embedding_plan(&settings, &file)).await;
+            let embedder = embedder(&embedding_plan(&args.embedding, &file)).await;
             let Some(base) = StoredKnowledgeBase::open((*store).clone(), &name, embedder).await? else {
                 anyhow::bail!("there is no knowledge base {}", sanitize::line(&name));
             };
@@ -197,11 +186,11 @@ async fn add(
                     source: e,
                 })?;
                 let hash = content_hash(&bytes);
-                Ok((hash, path))
+                Ok((hash, bytes))
             }
         })
         .await?;
-        let (hash, _) = match read {
+        let (hash, bytes) = match read {
             Ok(read) => read,
             Err(e) => {
                 progress.say(&format!("skipped: {}", sanitize::line(&e.to_string())));
@@ -215,9 +204,10 @@ async fn add(
             progress.done();
             continue;
         }
+        // Parsed from the bytes the hash was taken of: the file is read once.
         let document = match tokio::task::spawn_blocking({
             let path = path.clone();
-            move || read_document(&path)
+            move || document_from_bytes(&path, &bytes)
         })
         .await?
         {

@@ -7,7 +7,7 @@ use agentry::memory::long_term::{LongTermMemory, MemoryRecord};
 use clap::{Args, Subcommand};
 
 use crate::config::load_config_file;
-use crate::setup::memory::{MemoryArgs, embedder, embedding_plan, user_name};
+use crate::setup::memory::{EmbeddingArgs, embedder, embedding_plan, user_name};
 use crate::setup::session::StoreArgs;
 use crate::terminal::output::outln;
 use crate::terminal::sanitize;
@@ -21,13 +21,8 @@ pub struct MemoryCommandArgs {
     /// Whose memories [default: the config's "user", else the OS user]
     #[arg(long, value_name = "NAME", global = true)]
     user: Option<String>,
-    /// Search with this OpenAI-compatible embeddings endpoint (`…/v1`) instead of the embedded
-    /// model (config: embedding_base_url)
-    #[arg(long, value_name = "URL", global = true)]
-    embedding_base_url: Option<String>,
-    /// The endpoint's embedding model (config: embedding_model)
-    #[arg(long, value_name = "NAME", global = true)]
-    embedding_model: Option<String>,
+    #[command(flatten)]
+    embedding: EmbeddingArgs,
     /// The config file [default: ~/.config/agentry/config.json]
     #[arg(long, value_name = "FILE", global = true)]
     config: Option<std::path::PathBuf>,
@@ -76,16 +71,10 @@ pub async fn memory(args: MemoryCommandArgs) -> ExitCode {
 
 async fn run_command(args: MemoryCommandArgs) -> anyhow::Result<ExitCode> {
     let file = load_config_file(args.config.as_deref())?;
-    let settings = MemoryArgs {
-        long_term_memory: None,
-        user: args.user.clone(),
-        embedding_base_url: args.embedding_base_url.clone(),
-        embedding_model: args.embedding_model.clone(),
-    };
-    let user = user_name(&settings, &file);
+    let user = user_name(args.user.as_deref(), &file);
     let store = args.store.open()?;
     let embedder = match &args.command {
-        MemoryCommand::Search { .. } => embedder(&embedding_plan(&settings, &file)).await,
+        MemoryCommand::Search { .. } => embedder(&embedding_plan(&args.embedding, &file)).await,
         _ => None,
     };
     let memory = agentry_store::StoredLongTermMemory::new((*store).clone(), user.clone(), embedder);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agentry_server::{Security, Server};
+use agentry_server::{Security, Server, TokenFile};
 use agentry_store::SessionStore;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
@@ -26,8 +26,10 @@ pub struct ServeArgs {
     /// Address to listen on; anything but loopback needs a token
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// File holding the bearer token every request must carry (`Authorization: Bearer TOKEN`)
-    /// [env: AGENTRY_SERVER_TOKEN]
+    /// File holding the bearer token every request must carry (`Authorization: Bearer TOKEN`),
+    /// or one `user:token` per line for a server of several users: each user's sessions and
+    /// long-term memory are their own, and another's sessions answer 404 [env:
+    /// AGENTRY_SERVER_TOKEN, a single token]
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Without a token, also answer requests addressed to this host name (or `name:port`);
@@ -41,14 +43,21 @@ pub struct ServeArgs {
 }
 
 fn security(args: &ServeArgs) -> anyhow::Result<Security> {
-    let token = match &args.token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("the token file {}: {e}", path.display()))?,
-        ),
-        None => std::env::var(TOKEN_ENV).ok(),
-    };
-    match token.map(|t| t.trim().to_owned()) {
+    if let Some(path) = &args.token_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("the token file {}: {e}", path.display()))?;
+        // One line without a colon is today's single token.
+        let single = text.trim();
+        if single.is_empty() {
+            anyhow::bail!("the token is empty: {} holds no token", path.display());
+        }
+        if !single.contains([':', '\n']) {
+            return Ok(Security::Token(single.to_owned()));
+        }
+        let tokens = TokenFile::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return Ok(Security::Users(tokens));
+    }
+    match std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_owned()) {
         Some(token) if token.is_empty() => anyhow::bail!("the token is empty"),
         Some(token) => Ok(Security::Token(token)),
         None if args.addr.ip().is_loopback() => Ok(Security::Loopback),
@@ -100,7 +109,7 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
         mcp,
         local: _,
     } = recipe(plan).await?;
-    let mut server = Server::new(store, toolkit, Arc::from(builder));
+    let mut server = Server::new(store, toolkit, builder);
     for host in &args.allowed_hosts {
         server = server.allow_host(host);
     }

@@ -24,12 +24,21 @@ pub struct MemoryArgs {
     /// Whose memories these are [default: the OS user] (config: user)
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
+    #[command(flatten)]
+    pub embedding: EmbeddingArgs,
+}
+
+/// Where vectors come from, as flags: every command that embeds (agents, `memory`, `kb`) has
+/// these.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EmbeddingArgs {
     /// Embed with this OpenAI-compatible endpoint (`…/v1`) instead of the embedded model
     /// (config: embedding_base_url)
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", global = true)]
     pub embedding_base_url: Option<String>,
-    /// The endpoint's embedding model (config: embedding_model)
-    #[arg(long, value_name = "NAME", requires = "embedding_base_url")]
+    /// The endpoint's embedding model [default: text-embedding-3-small] (config:
+    /// embedding_model)
+    #[arg(long, value_name = "NAME", global = true)]
     pub embedding_model: Option<String>,
 }
 
@@ -61,9 +70,8 @@ pub enum EmbeddingPlan {
 }
 
 /// The user a command acts for: `--user`, the config's `user`, else the OS user.
-pub fn user_name(args: &MemoryArgs, file: &ConfigFile) -> String {
-    args.user
-        .clone()
+pub fn user_name(user: Option<&str>, file: &ConfigFile) -> String {
+    user.map(str::to_owned)
         .or_else(|| file.user.clone())
         .or_else(|| std::env::var("USER").ok())
         .or_else(|| std::env::var("USERNAME").ok())
@@ -72,7 +80,7 @@ pub fn user_name(args: &MemoryArgs, file: &ConfigFile) -> String {
 }
 
 /// Where vectors come from, by the flags and the config file.
-pub fn embedding_plan(args: &MemoryArgs, file: &ConfigFile) -> EmbeddingPlan {
+pub fn embedding_plan(args: &EmbeddingArgs, file: &ConfigFile) -> EmbeddingPlan {
     match args
         .embedding_base_url
         .clone()
@@ -96,7 +104,7 @@ pub fn memory_plan(args: &MemoryArgs, store: &StoreArgs, file: &ConfigFile) -> O
     let mode = args.long_term_memory.or(file.long_term_memory)?;
     Some(MemoryPlan {
         mode,
-        user: user_name(args, file),
+        user: user_name(args.user.as_deref(), file),
         store: store.clone(),
     })
 }
@@ -159,6 +167,39 @@ async fn local_embedder() -> Option<Arc<dyn Embedder>> {
 #[cfg(not(feature = "embed"))]
 async fn local_embedder() -> Option<Arc<dyn Embedder>> {
     None
+}
+
+/// The long-term memories an agent command gives its agents: the plan's user's, and for a
+/// server, each session owner's, made on first use and shared by that user's sessions (so
+/// their vectors are read once).
+pub struct UserMemories {
+    own: Arc<StoredLongTermMemory>,
+    others: std::sync::Mutex<std::collections::HashMap<String, Arc<StoredLongTermMemory>>>,
+}
+
+impl UserMemories {
+    pub fn new(own: Arc<StoredLongTermMemory>) -> Self {
+        UserMemories {
+            own,
+            others: Default::default(),
+        }
+    }
+
+    /// `user`'s memory; `None` is the plan's user.
+    pub fn of(&self, user: Option<&str>) -> Arc<StoredLongTermMemory> {
+        let Some(user) = user else {
+            return Arc::clone(&self.own);
+        };
+        let mut others = self
+            .others
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            others
+                .entry(user.to_owned())
+                .or_insert_with(|| Arc::new(self.own.for_user(user))),
+        )
+    }
 }
 
 /// The long-term memory `plan` describes, on its database.

@@ -15,10 +15,11 @@ pub mod tools;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agentry::agent::{ReActAgent, ReActAgentBuilder};
+use agentry::agent::ReActAgent;
 use agentry::model::ModelError;
 use agentry::plan::{PlanNotebook, register_plan_tools};
 use agentry::tool::Toolkit;
+use agentry_server::AgentFactory;
 use agentry_store::SessionMemory;
 use agentry_tools::register_builtin_tools;
 
@@ -26,6 +27,7 @@ use crate::exit::{EXIT_CONFIG, SETUP_HINT};
 use crate::terminal::sanitize;
 use args::AgentArgs;
 use mcp::McpServers;
+use memory::UserMemories;
 use model::{LocalFigures, build_model_with_figures};
 use plan::AgentPlan;
 use session::open_session;
@@ -46,9 +48,10 @@ pub struct Setup {
 /// What makes an agent of the command's options: its builder (as often as needed: the server
 /// makes one agent per session), and what it shares.
 pub struct Recipe {
-    /// A builder with the model, tools, prompt, limits and rules set; the session is the
-    /// caller's (`SessionMemory::attach`).
-    pub builder: Box<dyn Fn() -> ReActAgentBuilder + Send + Sync>,
+    /// A builder with the model, tools, prompt, limits and rules set, given the user whose
+    /// long-term memory it has (`None`: the plan's, `--user`; a server passes a session's
+    /// owner); the session is the caller's (`SessionMemory::attach`).
+    pub builder: AgentFactory,
     /// The tools every agent of the recipe has.
     pub toolkit: Toolkit,
     /// The servers behind its MCP tools (close them when done).
@@ -81,11 +84,11 @@ pub async fn build_agent(args: &AgentArgs) -> anyhow::Result<Setup> {
     } = recipe(plan).await?;
     let built = match &session {
         Some(memory) => memory
-            .attach(builder())
+            .attach(builder(None))
             .await
             .map_err(anyhow::Error::from)
             .and_then(|builder| Ok(builder.build()?)),
-        None => builder().build().map_err(anyhow::Error::from),
+        None => builder(None).build().map_err(anyhow::Error::from),
     };
     match built {
         Ok(agent) => Ok(Setup {
@@ -166,14 +169,15 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
         register_plan_tools(&toolkit, false)?;
     }
     let tools = toolkit.clone();
-    let builder = move || {
+    let memories = long_term.map(|(memory, mode)| (UserMemories::new(memory), mode));
+    let builder = move |user: Option<&str>| {
         let builder = ReActAgent::builder();
         let builder = match plan_notebook {
             true => builder.plan_notebook(PlanNotebook::new()),
             false => builder,
         };
-        let builder = match &long_term {
-            Some((memory, mode)) => builder.long_term_memory(Arc::clone(memory), *mode),
+        let builder = match &memories {
+            Some((memories, mode)) => builder.long_term_memory(memories.of(user), *mode),
             None => builder,
         };
         let builder = bases
@@ -194,7 +198,7 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
             .compaction(compaction.clone())
     };
     Ok(Recipe {
-        builder: Box::new(builder),
+        builder: Arc::new(builder),
         toolkit,
         mcp,
         local,

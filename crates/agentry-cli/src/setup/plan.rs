@@ -122,7 +122,7 @@ impl AgentPlan {
                 args.knowledge.clone()
             },
             rewrite_query: !args.no_rewrite_query && file.rewrite_query.unwrap_or(true),
-            embedding: embedding_plan(&args.memory, &file),
+            embedding: embedding_plan(&args.memory.embedding, &file),
             store: args.store.clone(),
             session: args.session.as_ref().map(|name| SessionPlan {
                 name: name.clone(),

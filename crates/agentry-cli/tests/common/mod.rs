@@ -153,6 +153,20 @@ pub fn http_client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// An HTTP client whose requests carry `Authorization: Bearer TOKEN`.
+pub fn http_client_with_token(token: &str) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
 /// `POST url` with a JSON body: the status and the JSON answer.
 pub async fn post_json(
     client: &reqwest::Client,

@@ -53,6 +53,8 @@ pub struct Harness {
     pub fake: FakeLlm,
     pub client: reqwest::Client,
     pub dir: tempfile::TempDir,
+    /// The bearer token requests carry, if any.
+    pub bearer: Option<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
 }
@@ -120,7 +122,7 @@ impl Harness {
         let server = Server::new(
             store,
             tools,
-            Arc::new(move || {
+            Arc::new(move |_owner: Option<&str>| {
                 let builder = ReActAgent::builder()
                     .name("agentry")
                     .model(Arc::clone(&model) as Arc<dyn agentry::model::ChatModel>)
@@ -152,6 +154,7 @@ impl Harness {
                 reqwest::Client::new()
             },
             dir,
+            bearer: None,
             stop: Some(stop),
             served: Some(served),
         }
@@ -170,6 +173,9 @@ impl Harness {
 
     pub async fn send(&self, method: reqwest::Method, path: &str, body: Option<&str>) -> (u16, Value) {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
+        }
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
@@ -205,6 +211,9 @@ impl Harness {
     /// Opens the event stream of session `id` (after event `after`, when given).
     pub async fn events(&self, id: &str, after: Option<u64>) -> Events {
         let mut request = self.client.get(format!("{}/v1/sessions/{id}/events", self.base));
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
+        }
         if let Some(after) = after {
             request = request.header("last-event-id", after.to_string());
         }

@@ -300,10 +300,15 @@ fn encode_messages(msgs: &[Msg]) -> Result<Vec<messages::Encoded>, StoreError> {
 
 #[async_trait]
 impl SessionStore for SqliteStore {
-    async fn create_session(&self, name: &str, config: &Value) -> Result<SessionInfo, StoreError> {
-        let name = name.to_owned();
+    async fn create_owned_session(
+        &self,
+        name: &str,
+        config: &Value,
+        owner: Option<&str>,
+    ) -> Result<SessionInfo, StoreError> {
+        let (name, owner) = (name.to_owned(), owner.map(str::to_owned));
         let config = serde_json::to_string(config).map_err(|e| StoreError::encode("session config", e))?;
-        self.run(move |conn, ctx| sessions::create_session(conn, ctx, &name, &config))
+        self.run(move |conn, ctx| sessions::create_session(conn, ctx, &name, &config, owner.as_deref()))
             .await
     }
 

@@ -41,10 +41,10 @@ fn name_of<T: Serialize>(what: &'static str, value: &T) -> Result<String, StoreE
 
 /// The columns of `sessions` and the message count, in [`SESSION_COLUMNS`] order.
 pub(super) const SESSION_COLUMNS: &str = "s.id, s.name, s.created_at, s.updated_at, s.config, \
-     (SELECT count(*) FROM messages m WHERE m.session_id = s.id)";
+     (SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.owner";
 
 /// Raw text of a session row; decoded outside the row callback so errors keep their type.
-pub(super) type SessionRow = (String, String, String, String, String, i64);
+pub(super) type SessionRow = (String, String, String, String, String, i64, Option<String>);
 
 pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok((
@@ -54,11 +54,12 @@ pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         row.get(3)?,
         row.get(4)?,
         row.get(5)?,
+        row.get(6)?,
     ))
 }
 
 pub(super) fn session_info(row: SessionRow) -> Result<SessionInfo, StoreError> {
-    let (id, name, created, updated, config, count) = row;
+    let (id, name, created, updated, config, count, owner) = row;
     Ok(SessionInfo {
         id: SessionId::new(id),
         name,
@@ -66,6 +67,7 @@ pub(super) fn session_info(row: SessionRow) -> Result<SessionInfo, StoreError> {
         updated_at: parse_ts("session time", &updated)?,
         config: from_json("session config", &config)?,
         message_count: u64::try_from(count).unwrap_or(0),
+        owner,
     })
 }
 

@@ -233,6 +233,12 @@ CREATE TRIGGER chunks_scope_out AFTER DELETE ON knowledge_chunks BEGIN
 END;
 ";
 
+/// Version 9: the user a session belongs to, for a server with several users (NULL: the
+/// store's own user, as every session was before).
+const V9: &str = "
+ALTER TABLE sessions ADD COLUMN owner TEXT;
+";
+
 /// One step of the schema: SQL, or Rust where the new rows are computed by the code.
 enum Migration {
     Sql(&'static str),
@@ -249,6 +255,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(V6),
     Migration::Rust(v7_reindex_terms),
     Migration::Sql(V8),
+    Migration::Sql(V9),
 ];
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.

@@ -13,6 +13,7 @@ pub(super) fn create_session(
     ctx: &Ctx,
     name: &str,
     config: &str,
+    owner: Option<&str>,
 ) -> Result<SessionInfo, StoreError> {
     let tx = write_tx(conn, ctx)?;
     let taken = tx
@@ -25,8 +26,9 @@ pub(super) fn create_session(
     let id = SessionId::random();
     let now = ts(Utc::now());
     tx.execute(
-        "INSERT INTO sessions (id, name, created_at, updated_at, config) VALUES (?1, ?2, ?3, ?3, ?4)",
-        params![id.as_str(), name, now, config],
+        "INSERT INTO sessions (id, name, created_at, updated_at, config, owner)
+         VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
+        params![id.as_str(), name, now, config, owner],
     )
     .map_err(|e| ctx.err(e))?;
     let info = session_where(&tx, ctx, "s.id = ?1", id.as_str())?;

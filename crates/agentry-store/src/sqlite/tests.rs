@@ -414,7 +414,9 @@ async fn a_version_1_database_is_migrated_with_its_sessions_kept() {
     assert_eq!(totals.cost_usd, None, "an old ledger has no cost");
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 8);
+    assert_eq!(SCHEMA_VERSION, 9);
+    // v9: a session from before has no owner (the store's own user's).
+    assert_eq!(old.owner, None);
     // v4: an old call has no explanation, a new one keeps it.
     let calls = store.calls(&old.id).await.unwrap();
     assert!(calls.iter().all(|c| c.explanation.is_none()));
@@ -446,7 +448,8 @@ async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs_and_i
             c.execute_batch(
                 "DROP TRIGGER memories_scope_in; DROP TRIGGER memories_scope_out;
                  DROP TRIGGER chunks_scope_in; DROP TRIGGER chunks_scope_out;
-                 DROP TABLE search_scopes;",
+                 DROP TABLE search_scopes;
+                 ALTER TABLE sessions DROP COLUMN owner;",
             )
             .unwrap();
             c.pragma_update(None, "user_version", 6).unwrap();
@@ -537,4 +540,40 @@ async fn a_word_in_too_many_texts_ranks_only_the_newest() {
     assert_eq!(found.len(), 1_000);
     assert!(!found.contains(&1), "the oldest memory was ranked");
     assert!(found.contains(&1_101), "the newest memory was not ranked");
+}
+
+/// A session made for a user says so when found by id, by name and in the list; one made
+/// for the store's own user has no owner.
+#[tokio::test]
+async fn a_session_keeps_the_user_it_was_made_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let owned = store
+        .create_owned_session("hers", &serde_json::json!({}), Some("ada"))
+        .await
+        .unwrap();
+    let own = store
+        .create_session("mine", &serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(owned.owner.as_deref(), Some("ada"));
+    assert_eq!(own.owner, None);
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    let found = store.session(&owned.id).await.unwrap().unwrap();
+    assert_eq!(found.owner.as_deref(), Some("ada"));
+    let named = store.session_named("mine").await.unwrap().unwrap();
+    assert_eq!(named.owner, None);
+    let owners: Vec<Option<String>> = store
+        .sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.owner)
+        .collect();
+    assert!(
+        owners.contains(&Some("ada".into())) && owners.contains(&None),
+        "{owners:?}"
+    );
 }
