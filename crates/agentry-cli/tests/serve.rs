@@ -57,49 +57,25 @@ async fn serve_refuses_a_public_address_without_a_token_and_an_empty_token() {
         "{}",
         text(&out.stderr)
     );
+    // A token file that holds no token, or a bad line, stops the server before it starts.
     let token = home.join("token");
-    std::fs::write(&token, "  \n").unwrap();
-    let out = agentry(
-        serve_args(
-            &fake,
-            home,
-            &[
-                "--addr",
-                "0.0.0.0:0",
-                "--token-file",
-                &token.display().to_string(),
-            ],
+    for (content, said) in [
+        ("  \n", "the token is empty"),
+        (
+            "ada:token-of-ada\nbob:\n",
+            "line 2 of the token file: the token is empty",
         ),
-        home,
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("the token is empty"),
-        "{}",
-        text(&out.stderr)
-    );
-    std::fs::write(&token, "ada:token-of-ada\nbob:\n").unwrap();
-    let out = agentry(
-        serve_args(
-            &fake,
+    ] {
+        std::fs::write(&token, content).unwrap();
+        let path = token.display().to_string();
+        let out = agentry(
+            serve_args(&fake, home, &["--addr", "0.0.0.0:0", "--token-file", &path]),
             home,
-            &[
-                "--addr",
-                "0.0.0.0:0",
-                "--token-file",
-                &token.display().to_string(),
-            ],
-        ),
-        home,
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("line 2 of the token file: the token is empty"),
-        "{}",
-        text(&out.stderr)
-    );
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out.stderr).contains(said), "{}", text(&out.stderr));
+    }
     assert_eq!(fake.request_count(), 0);
 }
 

@@ -39,6 +39,11 @@ fn session_routes(id: &str) -> Vec<(reqwest::Method, String, Option<&'static str
     ]
 }
 
+/// A server of the users of [`TOKENS`] on the database in `dir`.
+async fn start(fake: FakeLlm, dir: tempfile::TempDir) -> Harness {
+    Harness::start_with(fake, dir, Security::Users(TokenFile::parse(TOKENS).unwrap())).await
+}
+
 fn names(list: &serde_json::Value) -> Vec<String> {
     list["sessions"]
         .as_array()
@@ -50,12 +55,7 @@ fn names(list: &serde_json::Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_users_session_answers_404_on_every_route_and_is_left_as_it_was() {
-    let mut server = Harness::start_with(
-        FakeLlm::start().await,
-        tempfile::tempdir().unwrap(),
-        Security::Users(TokenFile::parse(TOKENS).unwrap()),
-    )
-    .await;
+    let mut server = start(FakeLlm::start().await, tempfile::tempdir().unwrap()).await;
     server.bearer = Some("token-of-ada".into());
     let id = server.session("ada's").await;
     // Ada's reply waits for her approval: the session is loaded, with a call pending.
@@ -118,16 +118,11 @@ async fn another_users_session_answers_404_on_every_route_and_is_left_as_it_was(
 /// including one that was never loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ownership_survives_a_restart() {
-    let mut server = Harness::start_with(
-        FakeLlm::start().await,
-        tempfile::tempdir().unwrap(),
-        Security::Users(TokenFile::parse(TOKENS).unwrap()),
-    )
-    .await;
+    let mut server = start(FakeLlm::start().await, tempfile::tempdir().unwrap()).await;
     server.bearer = Some("token-of-ada".into());
     let id = server.session("kept").await;
     let (fake, dir) = server.stop().await;
-    let mut server = Harness::start_with(fake, dir, Security::Users(TokenFile::parse(TOKENS).unwrap())).await;
+    let mut server = start(fake, dir).await;
     server.bearer = Some("token-of-bob".into());
     assert_eq!(server.get(&format!("/v1/sessions/{id}")).await.0, 404);
     server.bearer = Some("token-of-ada".into());

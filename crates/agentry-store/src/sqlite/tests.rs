@@ -468,18 +468,22 @@ async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs_and_i
     assert_eq!(store.memory_state("bob").await.unwrap().count, 0);
 }
 
+/// A memory the user stated, without a vector.
+fn memory(content: String) -> super::NewMemory {
+    super::NewMemory {
+        content,
+        source: agentry::memory::long_term::RecordSource::User,
+        session_id: None,
+        embedding: None,
+    }
+}
+
 /// A word in thousands of texts is left out of a search that has a rarer word: bm25 would
 /// rank every one of those texts, for little.
 #[tokio::test]
 async fn a_common_word_beside_a_rare_one_is_not_ranked() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
-    let memory = |content: String| super::NewMemory {
-        content,
-        source: agentry::memory::long_term::RecordSource::User,
-        session_id: None,
-        embedding: None,
-    };
     let mut memories: Vec<super::NewMemory> = (0..2_100).map(|n| memory(format!("meeting {n}"))).collect();
     memories.push(memory("the meeting about the zeppelin".into()));
     store.record_memories("ada", memories).await.unwrap();
@@ -527,12 +531,6 @@ async fn a_common_word_beside_a_rare_one_is_not_ranked() {
 async fn a_word_in_too_many_texts_ranks_only_the_newest() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
-    let memory = |content: String| super::NewMemory {
-        content,
-        source: agentry::memory::long_term::RecordSource::User,
-        session_id: None,
-        embedding: None,
-    };
     let mut memories = vec![memory("meeting".into())];
     memories.extend((0..1_100).map(|n| memory(format!("meeting about topic number {n}"))));
     store.record_memories("ada", memories).await.unwrap();
