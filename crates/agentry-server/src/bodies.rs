@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSession {
-    /// A name, unique in the store: a line of text, not only spaces, without control
+    /// A name, unique among the caller's sessions: a line of text, not only spaces, without control
     /// characters.
     #[schema(
         min_length = 1,

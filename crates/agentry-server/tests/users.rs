@@ -84,8 +84,13 @@ async fn another_users_session_answers_404_on_every_route_and_is_left_as_it_was(
     }
     server.bearer = Some("token-of-bob".into());
     server.session("bob's").await;
+    // A name is the user's own: Ada's session name is free for Bob, and tells him nothing.
+    let bobs_own = server.session("ada's").await;
+    assert_ne!(bobs_own, id);
     let (_, list) = server.get("/v1/sessions").await;
-    assert_eq!(names(&list), ["bob's"]);
+    let mut listed = names(&list);
+    listed.sort();
+    assert_eq!(listed, ["ada's", "bob's"]);
 
     // Nothing they sent reached Ada's session: her call still waits, and she decides it.
     server.bearer = Some("token-of-ada".into());

@@ -73,7 +73,8 @@ pub trait SessionStore: Send + Sync {
         self.create_owned_session(name, config, None).await
     }
     /// Creates a session as [`create_session`](Self::create_session) does, belonging to
-    /// `owner` (see [`SessionInfo::owner`]). Names are unique across owners.
+    /// `owner` (see [`SessionInfo::owner`]). A name is unique among one owner's sessions:
+    /// another owner's session of the same name is another session.
     async fn create_owned_session(
         &self,
         name: &str,
@@ -82,7 +83,8 @@ pub trait SessionStore: Send + Sync {
     ) -> Result<SessionInfo, StoreError>;
     /// The session with this id.
     async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError>;
-    /// The session with this name.
+    /// The store's own user's session with this name (the sessions of `--session NAME`; a
+    /// server's users' sessions are found by id).
     async fn session_named(&self, name: &str) -> Result<Option<SessionInfo>, StoreError>;
     /// Every session, most recently updated first.
     async fn sessions(&self) -> Result<Vec<SessionInfo>, StoreError>;

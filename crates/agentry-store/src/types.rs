@@ -44,7 +44,7 @@ impl fmt::Display for SessionId {
 pub struct SessionInfo {
     /// Its id.
     pub id: SessionId,
-    /// Its name, unique in the store (what `--session NAME` refers to).
+    /// Its name, unique among its owner's sessions (what `--session NAME` refers to).
     pub name: String,
     /// When it was created.
     pub created_at: DateTime<Utc>,

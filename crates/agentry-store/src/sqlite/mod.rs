@@ -219,8 +219,6 @@ impl SqliteStore {
         if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
             tracing::warn!(path = %ctx.path.display(), mode, "the session database could not use WAL");
         }
-        conn.pragma_update(None, "foreign_keys", true)
-            .map_err(|e| ctx.err(e))?;
         let synchronous = match options.synchronous {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
@@ -232,8 +230,14 @@ impl SqliteStore {
         conn.pragma_update(None, "cache_size", PAGE_CACHE_KIB)
             .map_err(|e| ctx.err(e))?;
         if version < SCHEMA_VERSION {
+            // Off while migrating (the bundled SQLite starts with them on): a migration may
+            // make a table again, and dropping the old one would delete its rows' children.
+            conn.pragma_update(None, "foreign_keys", false)
+                .map_err(|e| ctx.err(e))?;
             schema::migrate(&mut conn, &ctx)?;
         }
+        conn.pragma_update(None, "foreign_keys", true)
+            .map_err(|e| ctx.err(e))?;
         search_rows::create_term_counts(&conn, &ctx)?;
         // The bundled SQLite plans with STAT4, which re-prepares a statement whenever a bound
         // value could change its plan: every cached statement was parsed again on each use
@@ -320,8 +324,10 @@ impl SessionStore for SqliteStore {
 
     async fn session_named(&self, name: &str) -> Result<Option<SessionInfo>, StoreError> {
         let name = name.to_owned();
-        self.run(move |conn, ctx| sessions::session_where(conn, ctx, "s.name = ?1", &name))
-            .await
+        self.run(move |conn, ctx| {
+            sessions::session_where(conn, ctx, "s.name = ?1 AND s.owner IS NULL", &name)
+        })
+        .await
     }
 
     async fn sessions(&self) -> Result<Vec<SessionInfo>, StoreError> {

@@ -239,6 +239,27 @@ const V9: &str = "
 ALTER TABLE sessions ADD COLUMN owner TEXT;
 ";
 
+/// Version 10: a session name is unique per owner, not across the store, so that a name one
+/// user took tells another nothing. SQLite cannot drop a column's UNIQUE, so the table is made
+/// again (SQLite's own procedure: foreign keys are off while migrations run, see
+/// [`migrate`]), its rows copied, and the other tables' references find it under its name.
+const V10: &str = "
+CREATE TABLE sessions_v10 (
+    id                  TEXT PRIMARY KEY,
+    name                TEXT NOT NULL,
+    created_at          TEXT NOT NULL,
+    updated_at          TEXT NOT NULL,
+    config              TEXT NOT NULL,   -- JSON object: the agent configuration to resume with
+    event_ids_reserved  INTEGER NOT NULL DEFAULT 0,
+    owner               TEXT             -- NULL: the store's own user
+) STRICT;
+INSERT INTO sessions_v10 (id, name, created_at, updated_at, config, event_ids_reserved, owner)
+    SELECT id, name, created_at, updated_at, config, event_ids_reserved, owner FROM sessions;
+DROP TABLE sessions;
+ALTER TABLE sessions_v10 RENAME TO sessions;
+CREATE UNIQUE INDEX sessions_owner_name ON sessions (ifnull(owner, ''), name);
+";
+
 /// One step of the schema: SQL, or Rust where the new rows are computed by the code.
 enum Migration {
     Sql(&'static str),
@@ -256,7 +277,23 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Rust(v7_reindex_terms),
     Migration::Sql(V8),
     Migration::Sql(V9),
+    Migration::Sql(V10),
 ];
+
+/// Makes a database at schema `version` on `conn`, for the migration tests.
+#[cfg(test)]
+pub(super) fn create_at(conn: &mut Connection, version: usize) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    for migration in MIGRATIONS.iter().take(version) {
+        match migration {
+            Migration::Sql(sql) => tx.execute_batch(sql)?,
+            Migration::Rust(step) => step(&tx)?,
+        }
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+    tx.pragma_update(None, "user_version", version as i64)?;
+    tx.commit()
+}
 
 /// Refuses files we must not touch (newer, foreign, corrupt) using reads only.
 pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {
@@ -292,7 +329,9 @@ pub(super) fn check(conn: &Connection, ctx: &Ctx) -> Result<i64, StoreError> {
     Ok(version)
 }
 
-/// Brings the schema to [`SCHEMA_VERSION`] in one transaction.
+/// Brings the schema to [`SCHEMA_VERSION`] in one transaction. Foreign keys must be off on
+/// `conn` (a table made again would otherwise take its rows' children with it when the old one
+/// is dropped); the references are checked before the commit.
 pub(super) fn migrate(conn: &mut Connection, ctx: &Ctx) -> Result<(), StoreError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -309,6 +348,17 @@ pub(super) fn migrate(conn: &mut Connection, ctx: &Ctx) -> Result<(), StoreError
         }
         .map_err(|e| ctx.err(e))?;
         tracing::debug!(from, to = from + 1, "session store migrated");
+    }
+    let dangling: i64 = tx
+        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
+            row.get(0)
+        })
+        .map_err(|e| ctx.err(e))?;
+    if dangling > 0 {
+        return Err(StoreError::Database(format!(
+            "{}: migrating would leave {dangling} rows whose session is gone; nothing was changed",
+            ctx.path.display()
+        )));
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(|e| ctx.err(e))?;

@@ -17,8 +17,8 @@ pub(super) fn create_session(
 ) -> Result<SessionInfo, StoreError> {
     let tx = write_tx(conn, ctx)?;
     let taken = tx
-        .prepare_cached("SELECT 1 FROM sessions WHERE name = ?1")
-        .and_then(|mut s| s.exists([name]))
+        .prepare_cached("SELECT 1 FROM sessions WHERE name = ?1 AND owner IS ?2")
+        .and_then(|mut s| s.exists(params![name, owner]))
         .map_err(|e| ctx.err(e))?;
     if taken {
         return Err(StoreError::NameTaken(name.to_owned()));

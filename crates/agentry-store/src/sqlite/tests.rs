@@ -414,7 +414,7 @@ async fn a_version_1_database_is_migrated_with_its_sessions_kept() {
     assert_eq!(totals.cost_usd, None, "an old ledger has no cost");
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 9);
+    assert_eq!(SCHEMA_VERSION, 10);
     // v9: a session from before has no owner (the store's own user's).
     assert_eq!(old.owner, None);
     // v4: an old call has no explanation, a new one keeps it.
@@ -427,33 +427,16 @@ async fn a_version_6_database_has_its_chinese_terms_indexed_again_in_pairs_and_i
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v6.db");
     {
-        let store = SqliteStore::open(&path).unwrap();
-        let memory = |content: &str| super::NewMemory {
-            content: content.into(),
-            source: agentry::memory::long_term::RecordSource::User,
-            session_id: None,
-            embedding: None,
-        };
-        store
-            .record_memories("ada", vec![memory("用户的狗叫Rex。"), memory("狗")])
-            .await
-            .unwrap();
-        // As version 6 indexed it (each character alone), without version 8's counters.
-        store.with_conn(|c| {
-            c.execute(
-                "UPDATE memories_fts SET terms = ' 用 户 的 狗 叫 rex' WHERE rowid = 1",
-                [],
-            )
-            .unwrap();
-            c.execute_batch(
-                "DROP TRIGGER memories_scope_in; DROP TRIGGER memories_scope_out;
-                 DROP TRIGGER chunks_scope_in; DROP TRIGGER chunks_scope_out;
-                 DROP TABLE search_scopes;
-                 ALTER TABLE sessions DROP COLUMN owner;",
-            )
-            .unwrap();
-            c.pragma_update(None, "user_version", 6).unwrap();
-        });
+        // As version 6 indexed them: each character alone, and no counters (version 8).
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::create_at(&mut conn, 6).unwrap();
+        conn.execute_batch(
+            "INSERT INTO memories (id, user_name, content, source, created_at)
+             VALUES (1, 'ada', '用户的狗叫Rex。', 'user', '2026-01-01T00:00:00.000000Z'),
+                    (2, 'ada', '狗', 'user', '2026-01-01T00:00:00.000000Z');
+             INSERT INTO memories_fts (rowid, terms) VALUES (1, ' 用 户 的 狗 叫 rex'), (2, ' 狗');",
+        )
+        .unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
@@ -574,4 +557,73 @@ async fn a_session_keeps_the_user_it_was_made_for() {
         owners.contains(&Some("ada".into())) && owners.contains(&None),
         "{owners:?}"
     );
+}
+
+/// A session name is unique among one owner's sessions only: a name one user took tells
+/// another nothing. `session_named` finds the store's own user's.
+#[tokio::test]
+async fn a_session_name_is_unique_per_owner() {
+    let store = SqliteStore::in_memory().unwrap();
+    let config = json!({});
+    let own = store.create_session("notes", &config).await.unwrap();
+    let ada = store
+        .create_owned_session("notes", &config, Some("ada"))
+        .await
+        .unwrap();
+    let bob = store
+        .create_owned_session("notes", &config, Some("bob"))
+        .await
+        .unwrap();
+    assert_ne!(ada.id, bob.id);
+    for owner in [None, Some("ada")] {
+        let again = store.create_owned_session("notes", &config, owner).await;
+        assert!(
+            matches!(again, Err(StoreError::NameTaken(_))),
+            "{owner:?}: {again:?}"
+        );
+    }
+    assert_eq!(store.session_named("notes").await.unwrap().unwrap().id, own.id);
+}
+
+/// Version 10 makes the sessions table again (names unique per owner): every row that
+/// belongs to a session is still there, and foreign keys are enforced afterwards.
+#[tokio::test]
+async fn a_version_9_database_keeps_every_row_when_names_become_unique_per_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v9.db");
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::create_at(&mut conn, 9).unwrap();
+        conn.execute_batch(
+            "INSERT INTO sessions (id, name, created_at, updated_at, config, event_ids_reserved, owner)
+             VALUES ('s1', 'old', '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z', '{}', 64, NULL);
+             INSERT INTO usage (session_id, reply_id, input_tokens, output_tokens, time_ms, recorded_at)
+             VALUES ('s1', NULL, 7, 3, 1.5, '2026-01-01T00:00:00.000000Z');
+             INSERT INTO session_events (session_id, event_id, body) VALUES ('s1', 1, '{}');",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let old = store.session_named("old").await.unwrap().unwrap();
+    assert_eq!(store.usage(&old.id).await.unwrap().input_tokens, 7);
+    let counts: (i64, i64, i64) = store.with_conn(|c| {
+        c.query_row(
+            "SELECT (SELECT count(*) FROM session_events), (SELECT event_ids_reserved FROM sessions),
+                    (SELECT foreign_keys FROM pragma_foreign_keys)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    });
+    assert_eq!(counts, (1, 64, 1));
+    store
+        .create_owned_session("old", &json!({}), Some("ada"))
+        .await
+        .unwrap();
+    assert!(store.delete_session(&old.id).await.unwrap());
+    let left: i64 = store.with_conn(|c| {
+        c.query_row("SELECT count(*) FROM usage", [], |r| r.get(0))
+            .unwrap()
+    });
+    assert_eq!(left, 0, "the session's rows go with it");
 }
