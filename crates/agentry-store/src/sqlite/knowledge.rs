@@ -180,20 +180,7 @@ impl SqliteStore {
             return Ok(Vec::new());
         }
         self.run(move |conn, ctx| {
-            search_rows::lexical_ids(
-                conn,
-                ctx,
-                "knowledge_fts",
-                terms,
-                "SELECT id FROM (
-                     SELECT c.id AS id, bm25(knowledge_fts) AS score
-                     FROM knowledge_fts f JOIN knowledge_chunks c INDEXED BY knowledge_chunks_base ON c.id = f.rowid
-                     WHERE knowledge_fts MATCH ?1 AND c.base_id = ?2
-                     ORDER BY f.rowid DESC LIMIT ?4)
-                 ORDER BY score LIMIT ?3",
-                &base_id,
-                limit,
-            )
+            search_rows::lexical_ids(conn, ctx, &search_rows::CHUNKS, terms, &base_id, limit)
         })
         .await
     }

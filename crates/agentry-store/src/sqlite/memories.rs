@@ -77,20 +77,7 @@ impl SqliteStore {
         }
         let user = user.to_owned();
         self.run(move |conn, ctx| {
-            search_rows::lexical_ids(
-                conn,
-                ctx,
-                "memories_fts",
-                terms,
-                "SELECT id FROM (
-                     SELECT m.id AS id, bm25(memories_fts) AS score
-                     FROM memories_fts f JOIN memories m INDEXED BY memories_user ON m.id = f.rowid
-                     WHERE memories_fts MATCH ?1 AND m.user_name = ?2
-                     ORDER BY f.rowid DESC LIMIT ?4)
-                 ORDER BY score LIMIT ?3",
-                &user,
-                limit,
-            )
+            search_rows::lexical_ids(conn, ctx, &search_rows::MEMORIES, terms, &user, limit)
         })
         .await
     }

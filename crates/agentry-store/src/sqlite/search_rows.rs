@@ -15,13 +15,36 @@ use crate::search::vectors::from_bytes;
 /// are ranked (the search by meaning still sees every text).
 const MATCHED_TEXTS_BUDGET: i64 = 1_000;
 
-/// The full-text tables whose term counts [`selective_match`] reads.
-const FULL_TEXT_TABLES: [&str; 2] = ["memories_fts", "knowledge_fts"];
+/// A table of searchable texts: its full-text index (by rowid), and the column that scopes
+/// a search to one user or base, with the small index over `(scope, id)`.
+pub(super) struct SearchedTable {
+    rows: &'static str,
+    full_text: &'static str,
+    scope_column: &'static str,
+    scope_index: &'static str,
+}
+
+/// Long-term memories, scoped by user.
+pub(super) const MEMORIES: SearchedTable = SearchedTable {
+    rows: "memories",
+    full_text: "memories_fts",
+    scope_column: "user_name",
+    scope_index: "memories_user",
+};
+
+/// Knowledge chunks, scoped by base.
+pub(super) const CHUNKS: SearchedTable = SearchedTable {
+    rows: "knowledge_chunks",
+    full_text: "knowledge_fts",
+    scope_column: "base_id",
+    scope_index: "knowledge_chunks_base",
+};
 
 /// Makes the connection's views of how many texts hold each term (`temp.<table>_vocab`), once
 /// per connection, after the schema is migrated.
 pub(super) fn create_term_counts(conn: &Connection, ctx: &Ctx) -> Result<(), StoreError> {
-    for fts in FULL_TEXT_TABLES {
+    for table in [MEMORIES, CHUNKS] {
+        let fts = table.full_text;
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, row)"
         ))
@@ -30,27 +53,41 @@ pub(super) fn create_term_counts(conn: &Connection, ctx: &Ctx) -> Result<(), Sto
     Ok(())
 }
 
-/// The ids `sql` ranks for `terms` on the full-text table `fts` ([`selective_match`] makes
-/// its `?1`; `?2` is `scope`, `?3` the limit, `?4` the most texts to rank, newest first); none
-/// when no term is left to search.
+/// The ids of `table`'s rows in `scope` that hold `terms`, best first by bm25; none when no
+/// term is left to search ([`selective_match`]). At most [`MATCHED_TEXTS_BUDGET`] texts are
+/// ranked, the newest; the scope is checked in its `(scope, id)` index, not in the rows, which
+/// hold the vectors.
 pub(super) fn lexical_ids(
     conn: &Connection,
     ctx: &Ctx,
-    fts: &str,
+    table: &SearchedTable,
     terms: Vec<String>,
-    sql: &str,
     scope: &dyn rusqlite::ToSql,
     limit: usize,
 ) -> Result<Vec<i64>, StoreError> {
-    match selective_match(conn, ctx, fts, terms)? {
-        Some(matching) => ids(
-            conn,
-            ctx,
-            sql,
-            params![matching, scope, limit as i64, MATCHED_TEXTS_BUDGET],
-        ),
-        None => Ok(Vec::new()),
-    }
+    let SearchedTable {
+        rows,
+        full_text: fts,
+        scope_column,
+        scope_index,
+    } = table;
+    let Some(matching) = selective_match(conn, ctx, fts, terms)? else {
+        return Ok(Vec::new());
+    };
+    let sql = format!(
+        "SELECT id FROM (
+             SELECT r.id AS id, bm25({fts}) AS score
+             FROM {fts} f JOIN {rows} r INDEXED BY {scope_index} ON r.id = f.rowid
+             WHERE {fts} MATCH ?1 AND r.{scope_column} = ?2
+             ORDER BY f.rowid DESC LIMIT ?4)
+         ORDER BY score LIMIT ?3"
+    );
+    ids(
+        conn,
+        ctx,
+        &sql,
+        params![matching, scope, limit as i64, MATCHED_TEXTS_BUDGET],
+    )
 }
 
 /// `terms` as the FTS5 query to run on the table `fts`: the rarest first, then the others
