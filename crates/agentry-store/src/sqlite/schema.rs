@@ -266,6 +266,15 @@ enum Migration {
     Rust(fn(&Transaction<'_>) -> rusqlite::Result<()>),
 }
 
+impl Migration {
+    fn apply(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        match self {
+            Migration::Sql(sql) => tx.execute_batch(sql),
+            Migration::Rust(step) => step(tx),
+        }
+    }
+}
+
 /// The migrations, oldest first.
 const MIGRATIONS: &[Migration] = &[
     Migration::Sql(V1),
@@ -285,10 +294,7 @@ const MIGRATIONS: &[Migration] = &[
 pub(super) fn create_at(conn: &mut Connection, version: usize) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     for migration in MIGRATIONS.iter().take(version) {
-        match migration {
-            Migration::Sql(sql) => tx.execute_batch(sql)?,
-            Migration::Rust(step) => step(&tx)?,
-        }
+        migration.apply(&tx)?;
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)?;
     tx.pragma_update(None, "user_version", version as i64)?;
@@ -342,11 +348,7 @@ pub(super) fn migrate(conn: &mut Connection, ctx: &Ctx) -> Result<(), StoreError
         return Ok(());
     }
     for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        match migration {
-            Migration::Sql(sql) => tx.execute_batch(sql),
-            Migration::Rust(step) => step(&tx),
-        }
-        .map_err(|e| ctx.err(e))?;
+        migration.apply(&tx).map_err(|e| ctx.err(e))?;
         tracing::debug!(from, to = from + 1, "session store migrated");
     }
     let dangling: i64 = tx
