@@ -113,11 +113,7 @@ impl StoredKnowledgeBase {
                 }
                 cosines.insert(id, score);
             }
-            for id in &lexical {
-                if let Some(score) = set.score(*id, vector) {
-                    cosines.insert(*id, score);
-                }
-            }
+            cosines.extend(set.scores(&lexical, vector));
         }
         let fused = fuse(&[&semantic, &lexical]);
         let order: Vec<(i64, f32)> = fused

@@ -142,14 +142,24 @@ impl VectorSet {
 
     /// The score of `id`'s vector against `query`, if the set holds it.
     pub fn score(&self, id: i64, query: &[f32]) -> Option<f32> {
-        let at = *self.positions.get(&id)?;
+        self.scores(&[id], query).pop().map(|(_, score)| score)
+    }
+
+    /// The scores against `query` of those of `ids` the set holds, in their order (the query
+    /// is put in 8 bits once for all of them).
+    pub fn scores(&self, ids: &[i64], query: &[f32]) -> Vec<(i64, f32)> {
         let d = self.dimensions;
         if query.len() != d {
-            return None;
+            return Vec::new();
         }
         let query = Query::new(query);
-        let dot = dot_codes(&query.codes, &self.codes[at * d..at * d + d]);
-        Some(dot as f32 * query.scale * self.scales[at])
+        ids.iter()
+            .filter_map(|&id| {
+                let at = *self.positions.get(&id)?;
+                let dot = dot_codes(&query.codes, &self.codes[at * d..at * d + d]);
+                Some((id, dot as f32 * query.scale * self.scales[at]))
+            })
+            .collect()
     }
 
     /// The `limit` ids nearest to `query`, with their scores, best first.
