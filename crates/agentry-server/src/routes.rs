@@ -277,7 +277,8 @@ pub async fn cancel_reply(
     Path(id): Path<String>,
 ) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
-    let live = loaded_or_404(&state, &caller, &id).await?;
+    state.check_owner(&caller, &id).await?;
+    let live = loaded_or_409(&state, &id).await?;
     match live.agent.handle().cancel_reply() {
         CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
         CancelOutcome::AlreadyCancelled => Ok(outcome(OutcomeKind::AlreadyCancelled)),
@@ -297,7 +298,8 @@ pub async fn cancel_call(
     Path((id, call_id)): Path<(String, String)>,
 ) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
-    let live = loaded_or_404(&state, &caller, &id).await?;
+    state.check_owner(&caller, &id).await?;
+    let live = loaded_or_409(&state, &id).await?;
     match live.agent.handle().cancel_call(call_id.as_str()) {
         CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
         // A second cancel while the call winds down changes nothing, and says so (C2).
@@ -334,7 +336,7 @@ pub async fn decide(
     let id = SessionId::new(id);
     state.check_owner(&caller, &id).await?;
     let decision = body(payload)?;
-    let live = loaded_or_404(&state, &caller, &id).await?;
+    let live = loaded_or_409(&state, &id).await?;
     live.agent
         .handle()
         .decide(call_id.as_str(), decision)
@@ -353,24 +355,11 @@ fn stopping() -> ApiError {
     )
 }
 
-/// A loaded session of `caller`'s: one that is not loaded has no reply, so nothing to cancel
-/// or decide.
-async fn loaded_or_404(
-    state: &AppState,
-    caller: &Caller,
-    id: &SessionId,
-) -> Result<Arc<crate::state::LiveSession>, ApiError> {
-    if let Some(live) = state.loaded(id).await {
-        return match caller.owns(live.memory.session()) {
-            true => Ok(live),
-            false => Err(ApiError::no_session(id.as_str())),
-        };
-    }
-    match state.store.session(id).await?.filter(|info| caller.owns(info)) {
-        Some(_) => Err(ApiError::conflict(
-            "not_replying",
-            "no reply runs in this session",
-        )),
-        None => Err(ApiError::no_session(id.as_str())),
-    }
+/// The loaded session `id`, whose owner the route has checked ([`AppState::check_owner`]): one
+/// that is not loaded has no reply, so nothing to cancel or decide.
+async fn loaded_or_409(state: &AppState, id: &SessionId) -> Result<Arc<crate::state::LiveSession>, ApiError> {
+    state
+        .loaded(id)
+        .await
+        .ok_or_else(|| ApiError::conflict("not_replying", "no reply runs in this session"))
 }
