@@ -181,9 +181,14 @@ impl Harness {
                 .header("content-type", "application/json")
                 .body(body.to_owned());
         }
-        let response = within("a response", request.send()).await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
+        // The body too within the deadline: an event stream answered where a refusal was
+        // expected would otherwise hang the test instead of failing it.
+        let (status, text) = within("a response", async {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap())
+        })
+        .await;
         let value = if text.is_empty() {
             Value::Null
         } else {
