@@ -314,6 +314,8 @@ pub struct ConfigFile {
     pub knowledge: Vec<String>,
     /// Whether the model rewrites the question for the knowledge bases (`--no-rewrite-query`).
     pub rewrite_query: Option<bool>,
+    /// The session database, a file or a `postgres://` URL (`--db`, `AGENTRY_DB`).
+    pub db: Option<String>,
     /// Long-term memory: `agent`, `static` or `both` (`--long-term-memory`).
     pub long_term_memory: Option<agentry::memory::long_term::LongTermMemoryMode>,
     /// Whose memories (`--user`).

@@ -65,6 +65,24 @@ pub enum StoreError {
         /// Who holds it, as the holder wrote it (process id and since when), when known.
         holder: Option<String>,
     },
+    /// The lease was taken over by another node after it expired (its holder stopped renewing
+    /// it: a pause, a lost network): this write was refused, and so will every later one with
+    /// this lease. Open the session again to go on from what the new holder wrote.
+    #[error(
+        "session {session} was taken over by another node after its lease expired; this write was refused"
+    )]
+    LeaseLost {
+        /// The session.
+        session: SessionId,
+    },
+    /// The database server could not be reached, or the connection broke.
+    #[error("{target}: the session database cannot be reached ({detail}); nothing was written")]
+    Unreachable {
+        /// The server, as the URL names it (without its password).
+        target: String,
+        /// What the client said.
+        detail: String,
+    },
     /// No session has this id or name.
     #[error("no session {0:?}")]
     SessionNotFound(String),

@@ -40,13 +40,18 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+mod approvals;
 mod attach;
+mod codec;
 mod error;
 mod grants;
 mod knowledge;
 mod long_term;
 mod memory;
+mod message_calls;
 mod plans;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod recorder;
 mod recovery;
 pub mod search;
@@ -64,6 +69,8 @@ pub use knowledge::StoredKnowledgeBase;
 pub use long_term::StoredLongTermMemory;
 pub use memory::SessionMemory;
 pub use plans::{PLANS_KEY, SessionPlanStorage};
+#[cfg(feature = "postgres")]
+pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresOptions, PostgresStore};
 pub use recorder::CallRecorder;
 pub use recovery::REPLY_INTERRUPTED_BY_RESTART;
 pub use sqlite::{

@@ -19,13 +19,15 @@ use crate::{
 ///
 /// Obtained from [`SessionStore::acquire`]; every write takes it, so code that only reads (a
 /// `sessions show` next to a running chat) cannot write by mistake. Dropping it releases the
-/// session. A lease also ends with its process, however the process ends (the SQLite store uses
-/// an OS file lock, which the kernel releases on `kill -9`; a Postgres store would use a
-/// session-level advisory lock, which ends with its connection), so a crash never leaves a
-/// session locked.
+/// session. A lease also ends with its process, however the process ends, so a crash never
+/// leaves a session locked: the SQLite store uses an OS file lock, which the kernel releases on
+/// `kill -9`; the PostgreSQL store a row with an expiry that its holder renews, which another
+/// node takes over once it expired, with a new fencing token that refuses the old holder's
+/// writes from then on.
 pub struct Lease {
     session: SessionId,
     store: u128,
+    token: u64,
     // What keeps the session locked (a locked file, a connection); released on drop.
     _guard: Box<dyn Any + Send + Sync>,
 }
@@ -34,9 +36,16 @@ impl Lease {
     /// A lease on `session` for the store identified by `store`, held by `guard`. For store
     /// implementations.
     pub fn new(session: SessionId, store: u128, guard: Box<dyn Any + Send + Sync>) -> Self {
+        Self::fenced(session, store, 0, guard)
+    }
+
+    /// A lease as [`new`](Self::new) makes it, with the fencing token its store gave it: every
+    /// lease of a session gets a greater one than the leases before.
+    pub fn fenced(session: SessionId, store: u128, token: u64, guard: Box<dyn Any + Send + Sync>) -> Self {
         Lease {
             session,
             store,
+            token,
             _guard: guard,
         }
     }
@@ -50,11 +59,19 @@ impl Lease {
     pub fn store(&self) -> u128 {
         self.store
     }
+
+    /// Its fencing token (0 for a store whose leases cannot be taken over).
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
 }
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease").field("session", &self.session).finish()
+        f.debug_struct("Lease")
+            .field("session", &self.session)
+            .field("token", &self.token)
+            .finish()
     }
 }
 

@@ -99,7 +99,7 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
     );
     let security = security(&args)?;
     let plan = AgentPlan::resolve(&args.agent)?;
-    let store: Arc<dyn SessionStore> = args.agent.store.open()?;
+    let store: Arc<dyn SessionStore> = plan.store.open_sessions().await?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.addr))?;

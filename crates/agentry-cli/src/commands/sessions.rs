@@ -90,7 +90,8 @@ pub async fn sessions(args: SessionsArgs) -> ExitCode {
 }
 
 async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
-    let store = args.store.open()?;
+    let file = crate::config::load_config_file(None)?;
+    let store = args.store.with_config(file.db.as_deref()).open_sessions().await?;
     match args.command {
         SessionsCommand::List { json } => {
             // The store lists the most recently used first.

@@ -79,6 +79,7 @@ impl AgentPlan {
     /// them (a bad file, rule, directory or provider setting), before anything starts.
     pub fn resolve(args: &AgentArgs) -> anyhow::Result<Self> {
         let file = load_config_file(args.model.config.as_deref())?;
+        let store = args.store.clone().with_config(file.db.as_deref());
         let provider = provider_config(&args.model, &file)?;
         let workdir = args
             .workdir
@@ -115,7 +116,7 @@ impl AgentPlan {
             permissions: permission_rules(args, &file)?,
             plan_notebook: args.plan || file.plan.unwrap_or(false),
             compaction: compaction(args, &file)?,
-            memory: memory_plan(&args.memory, &args.store, &file),
+            memory: memory_plan(&args.memory, &store, &file),
             knowledge: if args.knowledge.is_empty() {
                 file.knowledge.clone()
             } else {
@@ -123,15 +124,15 @@ impl AgentPlan {
             },
             rewrite_query: !args.no_rewrite_query && file.rewrite_query.unwrap_or(true),
             embedding: embedding_plan(&args.memory.embedding, &file),
-            store: args.store.clone(),
             session: args.session.as_ref().map(|name| SessionPlan {
                 name: name.clone(),
-                store: args.store.clone(),
+                store: store.clone(),
                 pending: match args.close_pending {
                     true => PendingApprovals::Close,
                     false => PendingApprovals::Keep,
                 },
             }),
+            store,
             file,
         })
     }

@@ -2,7 +2,7 @@
 //! [`ops`](super::ops) for the transaction rules).
 
 use agentry::CallId;
-use agentry::tool::{ApprovalDecision, DecisionSource, ToolCallState};
+use agentry::tool::{ApprovalDecision, DecisionSource};
 use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
@@ -234,37 +234,7 @@ pub(super) fn resolve_approval(
     let Some(mut call) = call.filter(|c| was_pending > 0 && c.status == CallStatus::PendingApproval) else {
         return Err(StoreError::NotPending(call_id.to_string()));
     };
-    let now = Utc::now();
-    call.status = match &decision {
-        ApprovalDecision::Approve | ApprovalDecision::ApproveForSession => match start {
-            Some(start) => {
-                call.reply_id = start.reply_id.or(call.reply_id);
-                call.tool_name = start.tool_name;
-                call.arguments = start.arguments;
-                call.started_at = start.started_at.or(Some(now));
-                CallStatus::Running
-            }
-            None => CallStatus::Queued,
-        },
-        ApprovalDecision::Decline { reason }
-        | ApprovalDecision::DeclineForSession { reason }
-        | ApprovalDecision::DeclineAndStop { reason } => {
-            call.finished_at = Some(now);
-            // It entered the runtime (a recorder may have noted that) but never started.
-            call.started_at = None;
-            CallStatus::Finished(ToolCallState::Declined {
-                reason: reason.clone(),
-            })
-        }
-        // A decision added to the core later: fail closed, as for no decision (A15).
-        _ => {
-            call.finished_at = Some(now);
-            call.started_at = None;
-            CallStatus::Finished(ToolCallState::Declined { reason: None })
-        }
-    };
-    call.decision = Some(decision);
-    call.decision_source = Some(source);
+    crate::approvals::decide(&mut call, &decision, source, start.as_ref(), Utc::now());
     write_call(&tx, ctx, id, &EncodedCall::new(&call)?)?;
     touch(&tx, ctx, id)?;
     commit(tx, ctx)?;

@@ -1,77 +1,22 @@
-//! Call records read off the messages as they are stored, in the same transaction: an
-//! assistant message registers its calls, a tool result closes its call with the state the
-//! agent wrote in the result's `tool_call` metadata. A crash can then never leave a stored
-//! result beside a call record that says the call is still running, nor the reverse.
+//! Call records read off the messages as they are stored (see [`crate::message_calls`]), written
+//! in the same transaction.
 
-use agentry::message::{ContentBlock, Msg};
-use agentry::tool::{DecisionSource, ToolCallState};
-use chrono::{DateTime, Utc};
+use agentry::message::Msg;
+use chrono::Utc;
 use rusqlite::{Transaction, params};
 
 use super::Ctx;
 use super::rows::{EncodedCall, json, ts};
-use crate::{CallRecord, CallStatus, SessionId, StoreError};
-use agentry::memory::result_state;
+use crate::{SessionId, StoreError};
 
-/// What one stored message says about calls.
-#[derive(Debug)]
-pub(super) enum CallChange {
-    /// A call the model made: registered unless already known, as running: the store cannot
-    /// tell whether its body started, so recovery takes the cautious reading ("may have partly
-    /// run") unless the loop says more (a [`CallRecorder`](crate::CallRecorder), an approval).
-    Made(EncodedCall),
-    /// A call's result: its terminal state, unless it already has one (S1).
-    Closed(EncodedCall),
-}
+pub(super) type CallChange = crate::message_calls::CallChange<EncodedCall>;
 
-/// The call changes `msg` carries.
+/// The call changes `msg` carries, as columns.
 pub(super) fn call_changes(msg: &Msg) -> Result<Vec<CallChange>, StoreError> {
-    let mut changes = Vec::new();
-    for block in &msg.content {
-        match block {
-            ContentBlock::ToolUse(call) => {
-                let mut record = CallRecord::new(call.id.clone(), call.name.clone(), call.input.clone());
-                record.message_id = Some(msg.id.clone());
-                record.created_at = msg.timestamp;
-                record.status = CallStatus::Running;
-                changes.push(CallChange::Made(EncodedCall::new(&record)?));
-            }
-            ContentBlock::ToolResult(result) => {
-                let state = result_state(msg, result);
-                let record_json = msg.metadata.get("tool_call");
-                let time = |key: &str| {
-                    record_json
-                        .and_then(|r| r.get(key))
-                        .and_then(|v| v.as_str())
-                        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                        .map(|t| t.with_timezone(&Utc))
-                };
-                let mut record =
-                    CallRecord::new(result.id.clone(), result.name.clone(), serde_json::Value::Null);
-                let partial = matches!(state, ToolCallState::Cancelled { partial: true, .. });
-                record.partial_result = partial.then(|| {
-                    result
-                        .output
-                        .iter()
-                        .filter_map(ContentBlock::as_text)
-                        .collect::<String>()
-                });
-                record.decision_source = record_json
-                    .and_then(|r| r.get("decision"))
-                    .and_then(|d| serde_json::from_value::<DecisionSource>(d.clone()).ok());
-                record.explanation = record_json
-                    .and_then(|r| r.get("explanation"))
-                    .and_then(|e| e.as_str())
-                    .map(str::to_owned);
-                record.started_at = time("started_at");
-                record.finished_at = time("finished_at").or(Some(msg.timestamp));
-                record.status = CallStatus::Finished(state);
-                changes.push(CallChange::Closed(EncodedCall::new(&record)?));
-            }
-            _ => {}
-        }
-    }
-    Ok(changes)
+    crate::message_calls::call_changes(msg)
+        .into_iter()
+        .map(|change| change.try_map(|record| EncodedCall::new(&record)))
+        .collect()
 }
 
 /// Applies `changes` in `tx`. A call that was declined or cancelled before it started has no

@@ -3,8 +3,6 @@
 use agentry::tool::{ApprovalDecision, DecisionSource, ToolCallState};
 use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::Row;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::{CallRecord, CallStatus, SessionId, SessionInfo, StoreError};
 
@@ -23,21 +21,8 @@ fn parse_opt_ts(what: &'static str, text: Option<String>) -> Result<Option<DateT
     text.map(|t| parse_ts(what, &t)).transpose()
 }
 
-pub(super) fn json<T: Serialize>(what: &'static str, value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::encode(what, e))
-}
-
-pub(super) fn from_json<T: DeserializeOwned>(what: &'static str, text: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::decode(what, e))
-}
-
-/// An enum of unit variants as its bare serde name (`"session_grant"`).
-fn name_of<T: Serialize>(what: &'static str, value: &T) -> Result<String, StoreError> {
-    match serde_json::to_value(value).map_err(|e| StoreError::encode(what, e))? {
-        serde_json::Value::String(s) => Ok(s),
-        other => Ok(other.to_string()),
-    }
-}
+pub(super) use crate::codec::{from_json, json};
+use crate::codec::{from_name, name_of};
 
 /// The columns of `sessions` and the message count, in [`SESSION_COLUMNS`] order.
 pub(super) const SESSION_COLUMNS: &str = "s.id, s.name, s.created_at, s.updated_at, s.config, \
@@ -200,10 +185,7 @@ pub(super) fn call_record(row: CallRow) -> Result<CallRecord, StoreError> {
             .transpose()?,
         decision_source: row
             .decision_source
-            .map(|s| {
-                serde_json::from_value::<DecisionSource>(serde_json::Value::String(s))
-                    .map_err(|e| StoreError::decode("decision source", e))
-            })
+            .map(|s| from_name::<DecisionSource>("decision source", s))
             .transpose()?,
         explanation: row.explanation,
         progress: row.progress,

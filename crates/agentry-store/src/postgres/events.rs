@@ -1,0 +1,146 @@
+//! A session's event log: events as a server handed them out, for clients that resume a stream
+//! after a restart or on another node.
+
+use deadpool_postgres::ClientWrapper as Client;
+use deadpool_postgres::Object;
+
+use super::tx::{commit, found};
+use super::{Ctx, Inner};
+use crate::{SessionId, StoreError, StoredEvent};
+
+/// Appends each session's events, all in one transaction. A batch whose lease was taken over
+/// is refused (with the whole write), as any write with a stale token.
+pub(super) async fn append_events(
+    client: &mut Object,
+    inner: &Inner,
+    batches: &[((SessionId, i64), Vec<StoredEvent>)],
+) -> Result<(), StoreError> {
+    let ctx = &inner.ctx;
+    let tx = client.transaction().await.map_err(|e| ctx.err(e))?;
+    let lease = tx
+        .prepare_cached("SELECT 1 FROM session_leases WHERE session_id = $1 AND token = $2 FOR SHARE")
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let exists = tx
+        .prepare_cached("SELECT 1 FROM sessions WHERE id = $1")
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO session_events (session_id, event_id, body)
+             SELECT $1, unnest($2::bigint[]), unnest($3::text[])
+             ON CONFLICT (session_id, event_id) DO NOTHING",
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    for ((id, token), events) in batches {
+        let held = tx
+            .query_opt(&lease, &[&id.as_str(), token])
+            .await
+            .map_err(|e| ctx.err(e))?;
+        if held.is_none() {
+            // A session deleted since its events were handed out: they go with it, and the
+            // other sessions' events are still written.
+            let alive = tx
+                .query_opt(&exists, &[&id.as_str()])
+                .await
+                .map_err(|e| ctx.err(e))?;
+            if alive.is_none() {
+                continue;
+            }
+            return Err(StoreError::LeaseLost { session: id.clone() });
+        }
+        let ids = events
+            .iter()
+            .map(|e| {
+                i64::try_from(e.id).map_err(|_| StoreError::Encode {
+                    what: "event id",
+                    detail: format!("{} is too large", e.id),
+                })
+            })
+            .collect::<Result<Vec<i64>, _>>()?;
+        let bodies: Vec<&str> = events.iter().map(|e| e.body.as_str()).collect();
+        tx.execute(&insert, &[&id.as_str(), &ids, &bodies])
+            .await
+            .map_err(|e| ctx.err(e))?;
+    }
+    commit(tx, ctx).await
+}
+
+/// The stored events after `after`, oldest first, at most `limit`.
+pub(super) async fn events_after(
+    client: &Client,
+    ctx: &Ctx,
+    id: &SessionId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let statement = client
+        .prepare_cached(
+            "SELECT e.event_id, e.body FROM sessions s
+             LEFT JOIN LATERAL (
+                 SELECT event_id, body FROM session_events
+                 WHERE session_id = s.id AND event_id > $2 ORDER BY event_id LIMIT $3
+             ) e ON true
+             WHERE s.id = $1 ORDER BY e.event_id",
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let rows = client
+        .query(&statement, &[&id.as_str(), &after, &limit])
+        .await
+        .map_err(|e| ctx.err(e))?;
+    found(!rows.is_empty(), id)?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| {
+            let event_id: Option<i64> = row.get(0);
+            let body: Option<String> = row.get(1);
+            Some(StoredEvent {
+                id: u64::try_from(event_id?).unwrap_or(0),
+                body: body?,
+            })
+        })
+        .collect())
+}
+
+/// The id of the last stored event and the highest reserved id (0 and 0 for none).
+pub(super) async fn event_ids(client: &Client, ctx: &Ctx, id: &SessionId) -> Result<(u64, u64), StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT (SELECT coalesce(max(event_id), 0) FROM session_events WHERE session_id = $1)::bigint,
+                    event_ids_reserved FROM sessions WHERE id = $1",
+            &[&id.as_str()],
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let Some(row) = row else {
+        return Err(StoreError::SessionNotFound(id.to_string()));
+    };
+    Ok((
+        u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
+        u64::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+    ))
+}
+
+/// Records that event ids up to `up_to` may be handed out (never lowers the mark).
+pub(super) async fn reserve_event_ids(
+    client: &mut Object,
+    inner: &Inner,
+    id: &SessionId,
+    token: i64,
+    up_to: u64,
+) -> Result<(), StoreError> {
+    let ctx = &inner.ctx;
+    let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
+    let tx = super::tx::write_tx(client, inner, id, token).await?;
+    tx.execute(
+        "UPDATE sessions SET event_ids_reserved = greatest(event_ids_reserved, $2) WHERE id = $1",
+        &[&id.as_str(), &up_to],
+    )
+    .await
+    .map_err(|e| ctx.err(e))?;
+    commit(tx, ctx).await
+}

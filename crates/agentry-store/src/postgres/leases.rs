@@ -1,0 +1,245 @@
+//! One writer per session across nodes: a lease row with an expiry and a fencing token.
+//!
+//! Why a row and not an advisory lock: a session-level advisory lock lives on one connection,
+//! so a node serving 3,000 sessions would hold 3,000 connections. A row costs nothing while
+//! held; its holder renews all its leases in one statement every third of their lifetime (and
+//! each with every write, see [`tx`](super::tx)). A node that dies stops renewing, and once the
+//! lease expired another node takes it with a new token from a sequence: the old holder's
+//! writes carry the old token and are refused, so even a node that was only paused (not dead)
+//! cannot write over the new holder.
+//!
+//! Times are the database server's clock (`now()`), so the nodes' clocks need not agree.
+//!
+//! A lease dropped in this process is released in the database by a background task; until
+//! that lands, this store may take it again at once (its row names this store), while other
+//! nodes wait for the release or the expiry. A process that ends before that task ran (a
+//! `run` that finished, a `kill -9`) leaves its row behind: a process on the same machine takes
+//! it at once when the holder's process is gone (the row names the machine by its boot id and
+//! pid namespace, so a pid is never read in the wrong place); elsewhere it expires.
+
+use std::sync::{Arc, PoisonError, Weak};
+
+use chrono::Utc;
+
+use super::Inner;
+use super::tx::ttl_ms;
+use crate::{Lease, SessionId, StoreError};
+
+/// Holds a session's lease while alive.
+struct LeaseGuard {
+    inner: Arc<Inner>,
+    id: SessionId,
+    token: i64,
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let mut held = self.inner.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.get(&self.id) == Some(&self.token) {
+            held.remove(&self.id);
+        }
+        drop(held);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // expires on its own
+        };
+        let (inner, id, token) = (Arc::clone(&self.inner), self.id.clone(), self.token);
+        runtime.spawn(async move {
+            let released = async {
+                let client = inner.pool.get().await.map_err(|e| inner.ctx.pool_err(e))?;
+                client
+                    .execute(
+                        "DELETE FROM session_leases WHERE session_id = $1 AND token = $2",
+                        &[&id.as_str(), &token],
+                    )
+                    .await
+                    .map_err(|e| inner.ctx.err(e))
+            };
+            if let Err(e) = released.await {
+                tracing::debug!(session = %id, error = %e, "a lease was left to expire");
+            }
+        });
+    }
+}
+
+/// Takes the lease of `id`, or says who holds it.
+pub(super) async fn acquire(inner: &Arc<Inner>, id: &SessionId) -> Result<Lease, StoreError> {
+    {
+        // Reserved here first (token 0 matches no row), so two acquires of this store never
+        // both reach the database.
+        let mut held = inner.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.contains_key(id) {
+            return Err(StoreError::SessionBusy {
+                session: id.clone(),
+                holder: Some("this process".into()),
+            });
+        }
+        held.insert(id.clone(), 0);
+    }
+    let taken = take(inner, id).await;
+    let mut held = inner.held.lock().unwrap_or_else(PoisonError::into_inner);
+    let token = match taken {
+        Ok(token) => token,
+        Err(e) => {
+            held.remove(id);
+            return Err(e);
+        }
+    };
+    held.insert(id.clone(), token);
+    drop(held);
+    let guard = LeaseGuard {
+        inner: Arc::clone(inner),
+        id: id.clone(),
+        token,
+    };
+    Ok(Lease::fenced(
+        id.clone(),
+        inner.id.as_u128(),
+        u64::try_from(token).unwrap_or(0),
+        Box::new(guard),
+    ))
+}
+
+/// Takes the lease row; returns its new token.
+async fn take(inner: &Inner, id: &SessionId) -> Result<i64, StoreError> {
+    let ctx = &inner.ctx;
+    let client = inner.pool.get().await.map_err(|e| ctx.pool_err(e))?;
+    let host = host_id();
+    let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    let holder = format!(
+        "process {} on {} since {}",
+        std::process::id(),
+        host_name(),
+        Utc::now().format("%Y-%m-%d %H:%M:%S UTC")
+    );
+    // Taken when free, expired, left by this store (a release still on its way), or held with
+    // the token `$7`, of a holder known to be dead.
+    let take = client
+        .prepare_cached(
+            "INSERT INTO session_leases (session_id, token, store_id, host_id, pid, holder, expires_at)
+             SELECT id, nextval('lease_tokens'), $2, $3, $4, $5, now() + $6 * interval '1 millisecond'
+             FROM sessions WHERE id = $1
+             ON CONFLICT (session_id) DO UPDATE SET
+                 token = excluded.token, store_id = excluded.store_id, host_id = excluded.host_id,
+                 pid = excluded.pid, holder = excluded.holder, expires_at = excluded.expires_at
+             WHERE session_leases.expires_at < now() OR session_leases.store_id = $2
+                 OR session_leases.token = $7
+             RETURNING token",
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let mut dead_holder = -1_i64;
+    loop {
+        let row = client
+            .query_opt(
+                &take,
+                &[
+                    &id.as_str(),
+                    &inner.id,
+                    &host,
+                    &pid,
+                    &holder,
+                    &ttl_ms(inner),
+                    &dead_holder,
+                ],
+            )
+            .await
+            .map_err(|e| ctx.err(e))?;
+        if let Some(row) = row {
+            return Ok(row.get(0));
+        }
+        let held = client
+            .query_opt(
+                "SELECT holder, token, host_id, pid FROM session_leases WHERE session_id = $1",
+                &[&id.as_str()],
+            )
+            .await
+            .map_err(|e| ctx.err(e))?;
+        let Some(held) = held else {
+            return Err(StoreError::SessionNotFound(id.to_string()));
+        };
+        let (token, their_host, their_pid): (i64, String, i32) = (held.get(1), held.get(2), held.get(3));
+        // Once only: a holder that died is tried again with its token, nothing else.
+        if dead_holder == -1 && their_host == host && their_pid != pid && !process_alive(their_pid) {
+            tracing::debug!(session = %id, pid = their_pid, "taking over the lease of a process that ended");
+            dead_holder = token;
+            continue;
+        }
+        return Err(StoreError::SessionBusy {
+            session: id.clone(),
+            holder: Some(held.get(0)),
+        });
+    }
+}
+
+/// This machine's boot and pid namespace: where a pid means the same process. Empty where it
+/// cannot be told (then no pid is checked, and leases expire).
+fn host_id() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+    let namespace = std::fs::read_link("/proc/self/ns/pid").ok();
+    match (boot, namespace) {
+        (Some(boot), Some(namespace)) => format!("{} {}", boot.trim(), namespace.display()),
+        _ => String::new(),
+    }
+}
+
+/// Whether process `pid` of this pid namespace exists (a reused pid reads as alive: the lease
+/// then expires, the safe way to be wrong).
+fn process_alive(pid: i32) -> bool {
+    if host_id().is_empty() || pid <= 0 {
+        return true;
+    }
+    std::path::Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Renews every lease the store holds, every third of their lifetime, until the store is gone.
+pub(super) fn start_renewing(inner: &Arc<Inner>) {
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let period = inner.lease_ttl / 3;
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(inner) = weak.upgrade() else { return };
+            if let Err(e) = renew(&inner).await {
+                tracing::warn!(error = %e, "could not renew the session leases");
+            }
+        }
+    });
+}
+
+async fn renew(inner: &Inner) -> Result<(), StoreError> {
+    let (ids, tokens): (Vec<String>, Vec<i64>) = {
+        let held = inner.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.iter().map(|(id, token)| (id.to_string(), *token)).unzip()
+    };
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let ctx = &inner.ctx;
+    let client = inner.pool.get().await.map_err(|e| ctx.pool_err(e))?;
+    let renewed = client
+        .execute(
+            "UPDATE session_leases l SET expires_at = now() + $3 * interval '1 millisecond'
+             FROM unnest($1::text[], $2::bigint[]) AS h(session_id, token)
+             WHERE l.session_id = h.session_id AND l.token = h.token",
+            &[&ids, &tokens, &ttl_ms(inner)],
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    if renewed < ids.len() as u64 {
+        tracing::warn!(
+            lost = ids.len() as u64 - renewed,
+            "leases were taken over by another node; their writes will be refused"
+        );
+    }
+    Ok(())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "this host".into())
+}
