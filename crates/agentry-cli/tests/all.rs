@@ -5,6 +5,7 @@
 mod common;
 
 mod cassette;
+mod cluster;
 mod crash;
 mod eval;
 mod interactive;

@@ -53,6 +53,16 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// Whether another writer holds the session.
+    pub(crate) fn is_session_busy(&self) -> bool {
+        self.code == "session_busy"
+    }
+
+    /// Whether the session does not exist.
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND
+    }
 }
 
 impl From<agentry_store::StoreError> for ApiError {
@@ -62,6 +72,12 @@ impl From<agentry_store::StoreError> for ApiError {
             StoreError::SessionNotFound(id) => Self::no_session(id),
             StoreError::SessionBusy { .. } => Self::conflict("session_busy", e.to_string()),
             StoreError::NameTaken(_) => Self::conflict("name_taken", e.to_string()),
+            StoreError::LeaseLost { .. } => Self::conflict("session_taken_over", e.to_string()),
+            StoreError::Unreachable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unreachable",
+                e.to_string(),
+            ),
             _ => Self::internal(e.to_string()),
         }
     }

@@ -4,8 +4,9 @@
 //! `GET /v1/sessions/{id}/events` streams every [`AgentEvent`](agentry::agent::AgentEvent) of
 //! the session in its serialized shape, each with an id (`Last-Event-ID` resumes after a dropped
 //! connection, or after the server restarted: events are also kept in the store); calls and replies are cancelled and approvals decided with `POST`s. Sessions
-//! live in a [`SessionStore`](agentry_store::SessionStore): the server holds a session's writer
-//! lease from its first message or event stream until it stops.
+//! live in a [`SessionStore`](agentry_store::SessionStore): on SQLite, the server holds a
+//! session's writer lease from its first message or event stream until it stops; on a store
+//! shared by several nodes (PostgreSQL), any node answers for any session (see `cluster`).
 //!
 //! Binding anything but loopback requires a bearer token, checked in constant time on every
 //! API route ([`Security`]). The web page at `/` (static files, no data) asks for it. Without a
@@ -31,6 +32,7 @@
 //! ```
 
 mod bodies;
+mod cluster;
 mod error;
 mod events;
 mod loopback_guard;
@@ -197,6 +199,9 @@ impl Server {
         }
         let app = self.router(security);
         let state = Arc::clone(&self.state);
+        if state.is_clustered() {
+            cluster::start_sweeping(&state);
+        }
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 shutdown.await;

@@ -213,7 +213,10 @@ pub async fn send_message(
     if state.stopping.is_cancelled() {
         return Err(stopping());
     }
-    let live = state.live(&id).await?;
+    let live = match state.is_clustered() {
+        true => crate::cluster::live_for_reply(&state, &id).await?,
+        false => state.live(&id).await?,
+    };
     let after = live.events.last_id();
     let text = message.text;
     if !live.start(move |agent: &ReActAgent| agent.start_reply(Msg::user(text))) {
@@ -251,6 +254,10 @@ pub async fn events(
     };
     if state.stopping.is_cancelled() {
         return Err(stopping());
+    }
+    if state.is_clustered() {
+        let stream = crate::cluster::stream_from_store(&state, id, after).await?;
+        return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
     }
     let live = state.live(&id).await?;
     let stream = live.events.stream_after(after).map_err(|e| match e {

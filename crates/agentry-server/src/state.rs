@@ -2,8 +2,8 @@
 //! and how one is loaded.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 use agentry::ReActAgent;
 use agentry::agent::{ReActAgentBuilder, ReplyRun};
@@ -29,6 +29,9 @@ pub struct LiveSession {
     replying: Arc<AtomicBool>,
     /// Told when a reply ends.
     reply_ended: Arc<tokio::sync::Notify>,
+    /// On a store shared by several nodes: the server that unloads the session once its reply
+    /// ended, so that its lease lets any node run the next one.
+    unload_when_idle: Option<Weak<AppState>>,
 }
 
 impl LiveSession {
@@ -63,6 +66,7 @@ impl LiveSession {
         let replying = Arc::clone(&self.replying);
         let ended = Arc::clone(&self.reply_ended);
         let memory = Arc::clone(&self.memory);
+        let unload = self.unload_when_idle.clone();
         tokio::spawn(async move {
             let mut finished = false;
             while let Some(event) = run.next_event().await {
@@ -83,6 +87,9 @@ impl LiveSession {
                 replying.store(false, Ordering::SeqCst);
                 ended.notify_waiters();
             }
+            if let Some(state) = unload.and_then(|s| s.upgrade()) {
+                state.unload_if_idle(&memory.session().id).await;
+            }
         });
         true
     }
@@ -99,11 +106,16 @@ pub struct AppState {
     event_writer: std::sync::OnceLock<EventWriter>,
     /// Cancelled when the server stops: new replies and streams are refused.
     pub stopping: tokio_util::sync::CancellationToken,
+    /// On a store shared by several nodes, its notices of appended events: streams then read
+    /// the store's log, whichever node runs the reply, and a session is loaded only while a
+    /// reply runs (see [`crate::cluster`]).
+    pub notices: Option<std::sync::Mutex<tokio::sync::broadcast::Receiver<agentry_store::EventNotice>>>,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn SessionStore>, factory: AgentFactory, toolkit: Toolkit) -> Self {
         AppState {
+            notices: store.event_notices().map(std::sync::Mutex::new),
             store,
             factory,
             toolkit,
@@ -116,7 +128,7 @@ impl AppState {
     /// The loaded session `id`, loading it first if needed. Loading takes the session's writer
     /// lease, closes what a dead process left running (Y4), and asks again about calls that
     /// were waiting for approval: their reply resumes at once.
-    pub async fn live(&self, id: &SessionId) -> Result<Arc<LiveSession>, ApiError> {
+    pub async fn live(self: &Arc<Self>, id: &SessionId) -> Result<Arc<LiveSession>, ApiError> {
         let mut live = self.live.lock().await;
         if let Some(session) = live.get(id) {
             return Ok(Arc::clone(session));
@@ -143,12 +155,34 @@ impl AppState {
             events,
             replying: Arc::new(AtomicBool::new(false)),
             reply_ended: Arc::new(tokio::sync::Notify::new()),
+            unload_when_idle: self.is_clustered().then(|| Arc::downgrade(self)),
         });
+        live.insert(id.clone(), Arc::clone(&session));
+        drop(live);
         if waiting {
             session.start(ReActAgent::start_resumed_reply);
         }
-        live.insert(id.clone(), Arc::clone(&session));
         Ok(session)
+    }
+
+    /// Whether the store is shared with other nodes (see [`AppState::notices`]).
+    pub fn is_clustered(&self) -> bool {
+        self.notices.is_some()
+    }
+
+    /// Unloads session `id` unless a reply runs in it, after writing its events: its lease
+    /// goes back to the store.
+    pub async fn unload_if_idle(&self, id: &SessionId) {
+        let session = {
+            let mut live = self.live.lock().await;
+            match live.get(id) {
+                Some(session) if !session.is_replying() => live.remove(id),
+                _ => None,
+            }
+        };
+        if let Some(session) = session {
+            session.events.close().await;
+        }
     }
 
     /// Fails with 404 unless session `id` exists and is `caller`'s: to anyone else, another

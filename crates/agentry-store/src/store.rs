@@ -278,4 +278,32 @@ pub trait SessionStore: Send + Sync {
         let _ = (lease, up_to);
         Ok(())
     }
+
+    // ---- several processes on one store ----
+
+    /// Notices of events appended to sessions' logs by any process using this store (this one
+    /// included), for a server whose clients stream a session that another node runs. `None`:
+    /// the store serves one process (SQLite), whose own log is the only source.
+    fn event_notices(&self) -> Option<tokio::sync::broadcast::Receiver<EventNotice>> {
+        None
+    }
+
+    /// The sessions whose writer's lease expired without being released: their writer died (or
+    /// lost the database) in the middle of something, and a process should take them over
+    /// ([`acquire`](Self::acquire), then [`recover`](Self::recover)). Always empty for a store
+    /// whose leases end with their process.
+    async fn expired_leases(&self) -> Result<Vec<SessionId>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// What [`SessionStore::event_notices`] tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventNotice {
+    /// The session's log has new events.
+    Appended(SessionId),
+    /// Notices may have been missed (the connection that receives them was made again): read
+    /// every log that is followed.
+    Resync,
 }

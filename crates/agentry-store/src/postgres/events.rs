@@ -33,6 +33,10 @@ pub(super) async fn append_events(
         )
         .await
         .map_err(|e| ctx.err(e))?;
+    let notify = tx
+        .prepare_cached("SELECT pg_notify($1, $2)")
+        .await
+        .map_err(|e| ctx.err(e))?;
     for ((id, token), events) in batches {
         let held = tx
             .query_opt(&lease, &[&id.as_str(), token])
@@ -61,6 +65,10 @@ pub(super) async fn append_events(
             .collect::<Result<Vec<i64>, _>>()?;
         let bodies: Vec<&str> = events.iter().map(|e| e.body.as_str()).collect();
         tx.execute(&insert, &[&id.as_str(), &ids, &bodies])
+            .await
+            .map_err(|e| ctx.err(e))?;
+        // Delivered at the commit, to every process listening (see `notices`).
+        tx.execute(&notify, &[&super::notices::CHANNEL, &id.as_str()])
             .await
             .map_err(|e| ctx.err(e))?;
     }

@@ -182,13 +182,22 @@ fn host_id() -> String {
     }
 }
 
-/// Whether process `pid` of this pid namespace exists (a reused pid reads as alive: the lease
-/// then expires, the safe way to be wrong).
+/// Whether process `pid` of this pid namespace runs (a reused pid reads as alive: the lease
+/// then expires, the safe way to be wrong). A zombie (killed, not yet reaped by its parent)
+/// runs no more.
 fn process_alive(pid: i32) -> bool {
     if host_id().is_empty() || pid <= 0 {
         return true;
     }
-    std::path::Path::new("/proc").join(pid.to_string()).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name, which may hold anything.
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z' | 'X')
+        ),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
 }
 
 /// Renews every lease the store holds, every third of their lifetime, until the store is gone.
@@ -242,4 +251,23 @@ fn host_name() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "this host".into())
+}
+
+/// The sessions whose lease expired without being released (see
+/// [`SessionStore::expired_leases`](crate::SessionStore::expired_leases)).
+pub(super) async fn expired(
+    client: &deadpool_postgres::ClientWrapper,
+    ctx: &super::Ctx,
+) -> Result<Vec<SessionId>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT session_id FROM session_leases WHERE expires_at < now() ORDER BY expires_at",
+            &[],
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    Ok(rows
+        .iter()
+        .map(|row| SessionId::new(row.get::<_, String>(0)))
+        .collect())
 }

@@ -29,6 +29,7 @@ mod events;
 mod leases;
 mod ledger;
 mod messages;
+mod notices;
 mod recover;
 mod rows;
 mod schema;
@@ -37,7 +38,7 @@ mod tx;
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agentry::message::Msg;
@@ -62,6 +63,7 @@ pub struct PostgresOptions {
     schema: Option<String>,
     lease_ttl: Duration,
     pool_size: usize,
+    renew_leases: bool,
 }
 
 impl PostgresOptions {
@@ -71,8 +73,9 @@ impl PostgresOptions {
         PostgresOptions {
             url: url.into(),
             schema: None,
-            lease_ttl: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(8),
             pool_size: 16,
+            renew_leases: true,
         }
     }
 
@@ -83,11 +86,18 @@ impl PostgresOptions {
         self
     }
 
-    /// How long a session's lease lasts without being renewed (default 10 s): after a node
+    /// How long a session's lease lasts without being renewed (default 8 s): after a node
     /// dies, its sessions can be taken over by another once this has passed. The holder renews
     /// its leases every third of it, and with every write.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl.max(Duration::from_millis(300));
+        self
+    }
+
+    /// Whether the store renews its leases in the background (default true). Off, a lease is
+    /// renewed only by writes, as if the process stalled between them: for tests of takeover.
+    pub fn renew_leases(mut self, renew: bool) -> Self {
+        self.renew_leases = renew;
         self
     }
 
@@ -170,6 +180,23 @@ pub(crate) struct Inner {
     lease_ttl: Duration,
     /// The leases this store holds, by session, with their tokens (renewed together).
     held: Mutex<HashMap<SessionId, i64>>,
+    /// For the connection that listens for event notices.
+    config: tokio_postgres::Config,
+    notices: tokio::sync::broadcast::Sender<crate::EventNotice>,
+    listener: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(listener) = self
+            .listener
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            listener.abort();
+        }
+    }
 }
 
 /// A [`SessionStore`] on a PostgreSQL database, shared by any number of processes and machines.
@@ -212,7 +239,7 @@ impl PostgresStore {
             config.application_name("agentry");
         }
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             tokio_postgres::NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -231,8 +258,13 @@ impl PostgresStore {
             id: uuid::Uuid::new_v4(),
             lease_ttl: options.lease_ttl,
             held: Mutex::default(),
+            config,
+            notices: notices::channel(),
+            listener: Mutex::default(),
         });
-        leases::start_renewing(&inner);
+        if options.renew_leases {
+            leases::start_renewing(&inner);
+        }
         Ok(PostgresStore { inner })
     }
 
@@ -531,4 +563,16 @@ impl SessionStore for PostgresStore {
         let mut client = self.client().await?;
         events::reserve_event_ids(&mut client, &self.inner, &id, token, up_to).await
     }
+
+    fn event_notices(&self) -> Option<tokio::sync::broadcast::Receiver<crate::EventNotice>> {
+        Some(notices::subscribe(&self.inner))
+    }
+
+    async fn expired_leases(&self) -> Result<Vec<SessionId>, StoreError> {
+        let client = self.client().await?;
+        leases::expired(&client, &self.inner.ctx).await
+    }
 }
+
+#[cfg(test)]
+mod tests;

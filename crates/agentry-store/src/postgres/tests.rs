@@ -1,0 +1,109 @@
+//! What only a store shared by processes does: leases that expire and are taken over, with
+//! the old holder's writes refused. Needs `AGENTRY_TEST_POSTGRES`.
+
+use std::time::Duration;
+
+use agentry::Msg;
+
+use super::{PostgresOptions, PostgresStore};
+use crate::{SessionStore, StoreError};
+
+/// Two stores on one fresh schema (as two nodes), the first renewing its leases only when it
+/// writes, with a lease of 300 ms.
+async fn two_nodes() -> Option<(PostgresStore, PostgresStore, PostgresStore)> {
+    let Ok(url) = std::env::var("AGENTRY_TEST_POSTGRES") else {
+        assert!(
+            std::env::var("AGENTRY_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "AGENTRY_REQUIRE_POSTGRES=1 but AGENTRY_TEST_POSTGRES is not set"
+        );
+        eprintln!("skipped: AGENTRY_TEST_POSTGRES is not set");
+        return None;
+    };
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let options = PostgresOptions::new(url).schema(schema);
+    let stalled = PostgresStore::connect_with(
+        options
+            .clone()
+            .lease_ttl(Duration::from_millis(300))
+            .renew_leases(false),
+    )
+    .await
+    .unwrap();
+    let b = PostgresStore::connect_with(options.clone()).await.unwrap();
+    let c = PostgresStore::connect_with(options).await.unwrap();
+    Some((stalled, b, c))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_is_taken_by_one_node_and_the_old_holder_is_refused() {
+    let Some((stalled, b, c)) = two_nodes().await else {
+        return;
+    };
+    let session = stalled.create_session("s", &serde_json::json!({})).await.unwrap();
+    let old = stalled.acquire(&session.id).await.unwrap();
+    stalled.append_messages(&old, &[Msg::user("one")]).await.unwrap();
+    // While the lease lives, nobody else gets it.
+    assert!(matches!(
+        b.acquire(&session.id).await,
+        Err(StoreError::SessionBusy { .. })
+    ));
+    // Once it expired, B and C race for it: exactly one wins.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (winner, loser) = loop {
+        assert!(tokio::time::Instant::now() < deadline, "the lease never expired");
+        let (by_b, by_c) = tokio::join!(b.acquire(&session.id), c.acquire(&session.id));
+        match (by_b, by_c) {
+            (Ok(lease), Err(StoreError::SessionBusy { .. })) => break ((b.clone(), lease), c.clone()),
+            (Err(StoreError::SessionBusy { .. }), Ok(lease)) => break ((c.clone(), lease), b.clone()),
+            (Err(StoreError::SessionBusy { .. }), Err(StoreError::SessionBusy { .. })) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("both won, or an error: {other:?}"),
+        }
+    };
+    let (winner, new) = winner;
+    assert!(new.fencing_token() > old.fencing_token());
+    // The stalled node's writes are refused from now on, and change nothing.
+    let refused = stalled.append_messages(&old, &[Msg::user("two")]).await;
+    assert!(
+        matches!(refused, Err(StoreError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        loser.acquire(&session.id).await,
+        Err(StoreError::SessionBusy { .. })
+    ));
+    winner.append_messages(&new, &[Msg::user("three")]).await.unwrap();
+    let texts: Vec<String> = winner
+        .messages(&session.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(Msg::text)
+        .collect();
+    assert_eq!(texts, ["one", "three"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_told_of_events_appended_by_another() {
+    let Some((a, b, _)) = two_nodes().await else {
+        return;
+    };
+    let session = a.create_session("s", &serde_json::json!({})).await.unwrap();
+    let mut notices = b.event_notices().unwrap();
+    // The first notice says the listening connection is up.
+    let first = tokio::time::timeout(Duration::from_secs(10), notices.recv()).await;
+    assert!(matches!(first, Ok(Ok(crate::EventNotice::Resync))), "{first:?}");
+    let lease = a.acquire(&session.id).await.unwrap();
+    let event = crate::StoredEvent {
+        id: 1,
+        body: "{}".into(),
+    };
+    a.append_events(vec![(&lease, vec![event])]).await.unwrap();
+    let notice = tokio::time::timeout(Duration::from_secs(10), notices.recv()).await;
+    assert_eq!(
+        notice.ok().and_then(Result::ok),
+        Some(crate::EventNotice::Appended(session.id.clone()))
+    );
+    assert_eq!(b.events_after(&session.id, 0, 10).await.unwrap().len(), 1);
+}
