@@ -11,7 +11,8 @@ use agentry_store::{CallRecorder, CallStatus, SessionMemory, SessionStore};
 use futures::StreamExt;
 use serde_json::json;
 
-use crate::common::{calls, db, open};
+use crate::backends::{TestDb, conformance};
+use crate::common::calls;
 use crate::counting::Counting;
 
 /// Calls `add` once per user message, then answers with the result; keeps every request it
@@ -75,12 +76,10 @@ fn agent(model: Scripted, memory: Arc<SessionMemory>) -> ReActAgent {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_reply_is_stored_and_a_new_process_continues_it() {
-    let (_dir, path) = db();
+async fn a_reply_is_stored_and_a_new_process_continues_it(db: TestDb) {
     let model = Scripted::default();
     let memory = Arc::new(
-        SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+        SessionMemory::open_or_create(db.open().await, "chat", &json!({}))
             .await
             .unwrap(),
     );
@@ -94,13 +93,17 @@ async fn a_reply_is_stored_and_a_new_process_continues_it() {
     let id = memory.session().id.clone();
     drop(memory);
 
-    let store = open(&path);
+    let store = db.open().await;
     assert_eq!(
         store.messages(&id).await.unwrap(),
         written,
         "what the agent acknowledged is on disk"
     );
-    let memory = Arc::new(SessionMemory::open(store, &id).await.unwrap());
+    let memory = Arc::new(
+        db.once_released(|| SessionMemory::open(store.clone(), &id))
+            .await
+            .unwrap(),
+    );
     agent(model.clone(), memory.clone())
         .reply(Msg::user("again?"))
         .await
@@ -113,13 +116,12 @@ async fn a_reply_is_stored_and_a_new_process_continues_it() {
     );
     assert_eq!(memory.size().await.unwrap(), 8);
 }
+conformance!(a_reply_is_stored_and_a_new_process_continues_it);
 
-#[tokio::test]
-async fn y4_the_model_is_told_a_call_was_interrupted_by_the_restart() {
-    let (_dir, path) = db();
+async fn y4_the_model_is_told_a_call_was_interrupted_by_the_restart(db: TestDb) {
     let id = {
         // A process stops while its tool runs: the call is stored, its result is not.
-        let memory = SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+        let memory = SessionMemory::open_or_create(db.open().await, "chat", &json!({}))
             .await
             .unwrap();
         memory
@@ -129,7 +131,12 @@ async fn y4_the_model_is_told_a_call_was_interrupted_by_the_restart() {
         memory.session().id.clone()
     };
     let model = Scripted::default();
-    let memory = Arc::new(SessionMemory::open(open(&path), &id).await.unwrap());
+    let store = db.open().await;
+    let memory = Arc::new(
+        db.once_released(|| SessionMemory::open(store.clone(), &id))
+            .await
+            .unwrap(),
+    );
     let interrupted: Vec<String> = memory
         .recovery()
         .interrupted
@@ -162,6 +169,7 @@ async fn y4_the_model_is_told_a_call_was_interrupted_by_the_restart() {
     assert_eq!(told.text(), INTERRUPTED_RESTART);
     assert!(told.is_error);
 }
+conformance!(y4_the_model_is_told_a_call_was_interrupted_by_the_restart);
 
 /// A `wait` tool that says when its body starts and then runs until `release` is notified.
 fn waiting_agent(
@@ -236,13 +244,11 @@ fn waiting_agent(
 
 type Running = tokio::task::JoinHandle<Result<Msg, agentry::AgentError>>;
 
-/// A session in `path` whose reply is running its `wait` tool: the memory, the reply, and the
+/// A session in `db` whose reply is running its `wait` tool: the memory, the reply, and the
 /// tool's gate.
-async fn a_reply_in_its_tool_at(
-    path: &std::path::PathBuf,
-) -> (Arc<SessionMemory>, Running, Arc<tokio::sync::Notify>) {
+async fn a_reply_in_its_tool_at(db: &TestDb) -> (Arc<SessionMemory>, Running, Arc<tokio::sync::Notify>) {
     let memory = Arc::new(
-        SessionMemory::open_or_create(open(path), "chat", &json!({}))
+        SessionMemory::open_or_create(db.open().await, "chat", &json!({}))
             .await
             .unwrap(),
     );
@@ -258,14 +264,12 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
         .unwrap_or_else(|_| panic!("{what} did not happen within 20 s"))
 }
 
-#[tokio::test]
-async fn a_call_is_recorded_when_made_and_its_start_with_its_result() {
-    let (_dir, path) = db();
-    let (memory, reply, release) = a_reply_in_its_tool_at(&path).await;
+async fn a_call_is_recorded_when_made_and_its_start_with_its_result(db: TestDb) {
+    let (memory, reply, release) = a_reply_in_its_tool_at(&db).await;
     let id = memory.session().id.clone();
 
     // Read by another connection, as another process would.
-    let running = open(&path).calls(&id).await.unwrap();
+    let running = db.open().await.calls(&id).await.unwrap();
     assert_eq!(running.len(), 1);
     let call = &running[0];
     assert_eq!(
@@ -288,7 +292,7 @@ async fn a_call_is_recorded_when_made_and_its_start_with_its_result() {
 
     release.notify_one();
     within("the reply", reply).await.unwrap().unwrap();
-    let finished = open(&path).calls(&id).await.unwrap();
+    let finished = db.open().await.calls(&id).await.unwrap();
     assert_eq!(finished[0].status, CallStatus::Finished(ToolCallState::Completed));
     assert!(finished[0].finished_at.is_some());
     assert!(
@@ -297,11 +301,10 @@ async fn a_call_is_recorded_when_made_and_its_start_with_its_result() {
     );
     assert!(finished[0].started_at <= finished[0].finished_at);
 }
+conformance!(a_call_is_recorded_when_made_and_its_start_with_its_result);
 
-#[tokio::test]
-async fn a_tool_step_commits_twice_the_model_message_and_the_result() {
-    let (_dir, path) = db();
-    let store = Counting::new(open(&path));
+async fn a_tool_step_commits_twice_the_model_message_and_the_result(db: TestDb) {
+    let store = Counting::new(db.open().await);
     let memory = Arc::new(
         SessionMemory::open_or_create(store.clone(), "chat", &json!({}))
             .await
@@ -328,18 +331,21 @@ async fn a_tool_step_commits_twice_the_model_message_and_the_result() {
     assert_eq!(calls[0].status, CallStatus::Finished(ToolCallState::Completed));
     assert!(calls[0].started_at.is_some() && calls[0].reply_id.is_some());
 }
+conformance!(a_tool_step_commits_twice_the_model_message_and_the_result);
 
-#[tokio::test]
-async fn y4_a_call_that_was_running_when_the_process_died_may_have_partly_run() {
-    let (_dir, path) = db();
-    let (memory, reply, _release) = a_reply_in_its_tool_at(&path).await;
+async fn y4_a_call_that_was_running_when_the_process_died_may_have_partly_run(db: TestDb) {
+    let (memory, reply, _release) = a_reply_in_its_tool_at(&db).await;
     let id = memory.session().id.clone();
     // The process dies: nothing after this point runs, not even a cancel.
     reply.abort();
     let _ = reply.await;
     drop(memory);
 
-    let memory = SessionMemory::open(open(&path), &id).await.unwrap();
+    let store = db.open().await;
+    let memory = db
+        .once_released(|| SessionMemory::open(store.clone(), &id))
+        .await
+        .unwrap();
     let calls = memory.store().calls(&id).await.unwrap();
     assert_eq!(
         calls[0].status,
@@ -360,6 +366,7 @@ async fn y4_a_call_that_was_running_when_the_process_died_may_have_partly_run() 
         .collect::<Vec<_>>();
     assert_eq!(result, [INTERRUPTED_RESTART]);
 }
+conformance!(y4_a_call_that_was_running_when_the_process_died_may_have_partly_run);
 
 /// `add` needing approval, in a toolkit of its own.
 fn guarded_add() -> Toolkit {
@@ -374,10 +381,8 @@ fn guarded_add() -> Toolkit {
 /// grants (here, the only way the guarded call can run without anyone to ask), records the
 /// decision with its source and explanation, and keeps the reply's token use before
 /// `ReplyFinished` announces it.
-#[tokio::test]
-async fn attach_restores_grants_records_decisions_and_keeps_the_ledger_before_the_reply_ends() {
-    let (_dir, path) = db();
-    let store = open(&path);
+async fn attach_restores_grants_records_decisions_and_keeps_the_ledger_before_the_reply_ends(db: TestDb) {
+    let store = db.open().await;
     let memory = Arc::new(
         SessionMemory::open_or_create(store.clone(), "chat", &json!({}))
             .await
@@ -431,15 +436,14 @@ async fn attach_restores_grants_records_decisions_and_keeps_the_ledger_before_th
         calls[0].explanation
     );
 }
+conformance!(attach_restores_grants_records_decisions_and_keeps_the_ledger_before_the_reply_ends);
 
 /// C3 across processes: a call of the session's earlier run, cancelled from the agent that
 /// continues it, has finished already.
-#[tokio::test]
-async fn c3_a_call_of_an_earlier_process_is_already_finished() {
-    let (_dir, path) = db();
+async fn c3_a_call_of_an_earlier_process_is_already_finished(db: TestDb) {
     let id = {
         let memory = Arc::new(
-            SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+            SessionMemory::open_or_create(db.open().await, "chat", &json!({}))
                 .await
                 .unwrap(),
         );
@@ -449,7 +453,12 @@ async fn c3_a_call_of_an_earlier_process_is_already_finished() {
             .unwrap();
         memory.session().id.clone()
     };
-    let memory = Arc::new(SessionMemory::open(open(&path), &id).await.unwrap());
+    let store = db.open().await;
+    let memory = Arc::new(
+        db.once_released(|| SessionMemory::open(store.clone(), &id))
+            .await
+            .unwrap(),
+    );
     let builder = ReActAgent::builder().name("bot").model(Scripted::default());
     let agent = memory.attach(builder).await.unwrap().build().unwrap();
     assert_eq!(
@@ -461,3 +470,4 @@ async fn c3_a_call_of_an_earlier_process_is_already_finished() {
         agentry::tool::CancelOutcome::NotFound
     );
 }
+conformance!(c3_a_call_of_an_earlier_process_is_already_finished);

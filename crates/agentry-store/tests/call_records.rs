@@ -17,7 +17,7 @@ use agentry_store::{CallRecorder, CallStatus, SessionMemory};
 use futures::StreamExt;
 use serde_json::json;
 
-use crate::common::{db, open};
+use crate::backends::{TestDb, conformance};
 
 /// First request: six calls in one message; then an answer.
 struct SixCalls;
@@ -110,11 +110,9 @@ fn toolkit() -> Toolkit {
     toolkit
 }
 
-#[tokio::test]
-async fn y3_each_calls_record_says_how_it_ended_who_decided_and_when() {
-    let (_dir, path) = db();
+async fn y3_each_calls_record_says_how_it_ended_who_decided_and_when(db: TestDb) {
     let memory = Arc::new(
-        SessionMemory::open_or_create(open(&path), "records", &json!({}))
+        SessionMemory::open_or_create(db.open().await, "records", &json!({}))
             .await
             .unwrap(),
     );
@@ -154,7 +152,7 @@ async fn y3_each_calls_record_says_how_it_ended_who_decided_and_when() {
     }
     run.finish().await.unwrap();
 
-    let records = open(&path).calls(&memory.session().id).await.unwrap();
+    let records = db.open().await.calls(&memory.session().id).await.unwrap();
     let record = |id: &str| {
         records
             .iter()
@@ -222,3 +220,4 @@ async fn y3_each_calls_record_says_how_it_ended_who_decided_and_when() {
     );
     assert_eq!(timed_out.partial_result, None);
 }
+conformance!(y3_each_calls_record_says_how_it_ended_who_decided_and_when);

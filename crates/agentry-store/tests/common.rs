@@ -6,19 +6,15 @@ use std::sync::{Arc, Mutex};
 
 use agentry::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
 use agentry::model::{ChatModel, ChatRequest, ChatResponse, ChatStream};
-use agentry_store::{SessionStore, SqliteStore};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-/// A fresh database file in a temporary directory (kept alive by the returned guard).
+/// A fresh SQLite file in a temporary directory (kept alive by the returned guard), for the
+/// tests of what only the SQLite store has; the others take a [`TestDb`](crate::backends::TestDb).
 pub fn db() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
     (dir, path)
-}
-
-pub fn open(path: &PathBuf) -> Arc<dyn SessionStore> {
-    Arc::new(SqliteStore::open(path).unwrap())
 }
 
 /// An assistant message calling `ids` (tool `t`, arguments naming the call).

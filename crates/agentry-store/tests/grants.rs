@@ -4,7 +4,7 @@ use agentry_store::{Grant, GrantKind, SessionMemory};
 use chrono::Utc;
 use serde_json::json;
 
-use crate::common::{db, open};
+use crate::backends::{TestDb, conformance};
 
 fn grant(key: &str, kind: GrantKind) -> Grant {
     Grant {
@@ -15,11 +15,9 @@ fn grant(key: &str, kind: GrantKind) -> Grant {
     }
 }
 
-#[tokio::test]
-async fn a14_grants_persist_with_their_session_only_and_go_with_it() {
-    let (_dir, path) = db();
+async fn a14_grants_persist_with_their_session_only_and_go_with_it(db: TestDb) {
     let (first, second) = {
-        let store = open(&path);
+        let store = db.open().await;
         let one = SessionMemory::open_or_create(store.clone(), "one", &json!({}))
             .await
             .unwrap();
@@ -53,7 +51,7 @@ async fn a14_grants_persist_with_their_session_only_and_go_with_it() {
     };
 
     // Another process resumes the session: its grants are there, and only its own.
-    let store = open(&path);
+    let store = db.open().await;
     let keys = |grants: Vec<Grant>| grants.into_iter().map(|g| (g.key, g.kind)).collect::<Vec<_>>();
     assert_eq!(
         keys(store.grants(&first).await.unwrap()),
@@ -73,7 +71,10 @@ async fn a14_grants_persist_with_their_session_only_and_go_with_it() {
     );
 
     // Listed and revocable.
-    let one = SessionMemory::open(store.clone(), &first).await.unwrap();
+    let one = db
+        .once_released(|| SessionMemory::open(store.clone(), &first))
+        .await
+        .unwrap();
     assert!(store.revoke_grant(one.lease(), "shell").await.unwrap());
     assert!(!store.revoke_grant(one.lease(), "shell").await.unwrap());
     assert_eq!(store.grants(&first).await.unwrap().len(), 1);
@@ -81,14 +82,7 @@ async fn a14_grants_persist_with_their_session_only_and_go_with_it() {
 
     // Dropped with the session, and nowhere else.
     assert!(store.delete_session(&first).await.unwrap());
-    let raw = rusqlite::Connection::open(&path).unwrap();
-    let left: i64 = raw
-        .query_row(
-            "SELECT count(*) FROM session_grants WHERE session_id = ?1",
-            [first.as_str()],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(db.rows_of("session_grants", &first).await, 0);
     assert_eq!(store.grants(&second).await.unwrap().len(), 1);
 }
+conformance!(a14_grants_persist_with_their_session_only_and_go_with_it);

@@ -9,7 +9,8 @@ use agentry::plan::{PlanNotebook, SubTaskState};
 use agentry_store::{PLANS_KEY, SessionMemory, StoreError};
 use serde_json::json;
 
-use crate::common::{Replies, db, open};
+use crate::backends::{TestDb, conformance};
+use crate::common::Replies;
 
 async fn planned_agent(memory: &Arc<SessionMemory>, model: Replies) -> (ReActAgent, PlanNotebook) {
     let notebook = PlanNotebook::new();
@@ -20,12 +21,10 @@ async fn planned_agent(memory: &Arc<SessionMemory>, model: Replies) -> (ReActAge
     (memory.attach(builder).await.unwrap().build().unwrap(), notebook)
 }
 
-#[tokio::test]
-async fn a_continued_session_resumes_its_plan_at_the_subtask_it_had_reached() {
-    let (_dir, path) = db();
+async fn a_continued_session_resumes_its_plan_at_the_subtask_it_had_reached(db: TestDb) {
     {
         let memory = Arc::new(
-            SessionMemory::open_or_create(open(&path), "work", &json!({"agent": "t"}))
+            SessionMemory::open_or_create(db.open().await, "work", &json!({"agent": "t"}))
                 .await
                 .unwrap(),
         );
@@ -54,9 +53,11 @@ async fn a_continued_session_resumes_its_plan_at_the_subtask_it_had_reached() {
         let (agent, _) = planned_agent(&memory, model).await;
         agent.reply(Msg::user("Plan my trip.")).await.unwrap();
     }
-    // A new process: a new memory on the same file, a new empty notebook.
+    // A new process: a new memory on the same database, a new empty notebook.
+    let store = db.open().await;
+    let config = json!({});
     let memory = Arc::new(
-        SessionMemory::open_or_create(open(&path), "work", &json!({}))
+        db.once_released(|| SessionMemory::open_or_create(store.clone(), "work", &config))
             .await
             .unwrap(),
     );
@@ -83,13 +84,12 @@ async fn a_continued_session_resumes_its_plan_at_the_subtask_it_had_reached() {
     assert_eq!(info.config["agent"], "t");
     assert!(info.config[PLANS_KEY]["current"].is_object());
 }
+conformance!(a_continued_session_resumes_its_plan_at_the_subtask_it_had_reached);
 
-#[tokio::test]
-async fn unreadable_stored_plans_stop_the_attach_rather_than_be_overwritten() {
-    let (_dir, path) = db();
+async fn unreadable_stored_plans_stop_the_attach_rather_than_be_overwritten(db: TestDb) {
     let memory = Arc::new(
         SessionMemory::open_or_create(
-            open(&path),
+            db.open().await,
             "work",
             &json!({PLANS_KEY: {"current": "not a plan"}}),
         )
@@ -112,3 +112,4 @@ async fn unreadable_stored_plans_stop_the_attach_rather_than_be_overwritten() {
         .unwrap();
     assert_eq!(info.config[PLANS_KEY]["current"], "not a plan");
 }
+conformance!(unreadable_stored_plans_stop_the_attach_rather_than_be_overwritten);

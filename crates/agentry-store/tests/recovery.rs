@@ -7,7 +7,8 @@ use agentry::tool::{ApprovalRequest, CancelPhase, CancelReason, INTERRUPTED_REST
 use agentry_store::{CallRecord, CallStatus, REPLY_INTERRUPTED_BY_RESTART, SessionMemory};
 use serde_json::json;
 
-use crate::common::{calls, db, open, result, texts};
+use crate::backends::{TestDb, conformance};
+use crate::common::{calls, result, texts};
 
 fn interrupted(phase: CancelPhase) -> CallStatus {
     CallStatus::Finished(ToolCallState::Cancelled {
@@ -17,12 +18,10 @@ fn interrupted(phase: CancelPhase) -> CallStatus {
     })
 }
 
-#[tokio::test]
-async fn y4_calls_left_unfinished_are_closed_as_interrupted_by_restart() {
-    let (_dir, path) = db();
+async fn y4_calls_left_unfinished_are_closed_as_interrupted_by_restart(db: TestDb) {
     {
         // A process that stops in the middle of a batch of calls.
-        let store = open(&path);
+        let store = db.open().await;
         let session = store.create_session("s", &json!({})).await.unwrap();
         let lease = store.acquire(&session.id).await.unwrap();
         let batch = calls(&["done", "stored", "running", "pending", "queued", "unrecorded"]);
@@ -64,7 +63,11 @@ async fn y4_calls_left_unfinished_are_closed_as_interrupted_by_restart() {
         // No clean shutdown: the lease just goes away with the process.
     }
 
-    let memory = SessionMemory::open_or_create(open(&path), "s", &json!({}))
+    let store = db.open().await;
+
+    let config = json!({});
+    let memory = db
+        .once_released(|| SessionMemory::open_or_create(store.clone(), "s", &config))
         .await
         .unwrap();
     let report = memory.recovery().clone();
@@ -137,11 +140,10 @@ async fn y4_calls_left_unfinished_are_closed_as_interrupted_by_restart() {
     assert!(again.recovery().is_empty(), "{:?}", again.recovery());
     assert_eq!(again.messages().await.unwrap(), msgs);
 }
+conformance!(y4_calls_left_unfinished_are_closed_as_interrupted_by_restart);
 
-#[tokio::test]
-async fn y4_a_reader_never_recovers_a_session_someone_is_writing() {
-    let (_dir, path) = db();
-    let writer = SessionMemory::open_or_create(open(&path), "s", &json!({}))
+async fn y4_a_reader_never_recovers_a_session_someone_is_writing(db: TestDb) {
+    let writer = SessionMemory::open_or_create(db.open().await, "s", &json!({}))
         .await
         .unwrap();
     writer.add(vec![Msg::user("go"), calls(&["c"])]).await.unwrap();
@@ -154,7 +156,7 @@ async fn y4_a_reader_never_recovers_a_session_someone_is_writing() {
         .unwrap();
 
     // A `sessions show` in another process: it reads, sees the call running, changes nothing.
-    let reader = open(&path);
+    let reader = db.open().await;
     let id = writer.session().id.clone();
     assert_eq!(reader.calls(&id).await.unwrap()[0].status, CallStatus::Running);
     assert_eq!(reader.messages(&id).await.unwrap().len(), 2);
@@ -165,3 +167,4 @@ async fn y4_a_reader_never_recovers_a_session_someone_is_writing() {
     );
     assert_eq!(reader.calls(&id).await.unwrap()[0].status, CallStatus::Running);
 }
+conformance!(y4_a_reader_never_recovers_a_session_someone_is_writing);

@@ -3,15 +3,14 @@
 use agentry::memory::{Memory, check_tool_pairs};
 use agentry::message::{ContentBlock, MediaSource, Msg, Role};
 use agentry::tool::{CancelPhase, CancelReason, DecisionSource, ToolCallState};
-use agentry_store::{CallRecord, CallStatus, SessionMemory, SqliteStore, StoreError};
+use agentry_store::{CallRecord, CallStatus, SessionMemory, StoreError};
 use serde_json::json;
 
-use crate::common::{calls, db, open, result, texts};
+use crate::backends::{TestDb, conformance};
+use crate::common::{calls, result, texts};
 
-#[tokio::test]
-async fn a_session_round_trips_with_messages_and_calls() {
-    let (_dir, path) = db();
-    let store = open(&path);
+async fn a_session_round_trips_with_messages_and_calls(db: TestDb) {
+    let store = db.open().await;
     let config = json!({"model": "qwen", "sys_prompt": "be brief", "max_iters": 5});
     let session = store.create_session("work", &config).await.unwrap();
     let lease = store.acquire(&session.id).await.unwrap();
@@ -62,7 +61,7 @@ async fn a_session_round_trips_with_messages_and_calls() {
     drop(lease);
     drop(store);
 
-    let store = open(&path);
+    let store = db.open().await;
     let found = store.session_named("work").await.unwrap().unwrap();
     assert_eq!(found.id, session.id);
     assert_eq!(found.config, config);
@@ -87,11 +86,10 @@ async fn a_session_round_trips_with_messages_and_calls() {
     assert_eq!(records[1].status.stop_reason(), Some("user"));
     assert_eq!(store.sessions().await.unwrap().len(), 1);
 }
+conformance!(a_session_round_trips_with_messages_and_calls);
 
-#[tokio::test]
-async fn session_memory_reopens_with_the_same_messages_in_order() {
-    let (_dir, path) = db();
-    let memory = SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+async fn session_memory_reopens_with_the_same_messages_in_order(db: TestDb) {
+    let memory = SessionMemory::open_or_create(db.open().await, "chat", &json!({}))
         .await
         .unwrap();
     let first = Msg::user("1");
@@ -110,9 +108,11 @@ async fn session_memory_reopens_with_the_same_messages_in_order() {
     assert_eq!(texts(&before), ["1", "", "3", "4"]);
     drop(memory);
 
-    // Another store instance on the same file: what a new process sees.
-    let store = std::sync::Arc::new(SqliteStore::open(&path).unwrap());
-    let again = SessionMemory::open_or_create(store, "chat", &json!({}))
+    // Another store instance on the same database: what a new process sees.
+    let store = db.open().await;
+    let config = json!({});
+    let again = db
+        .once_released(|| SessionMemory::open_or_create(store.clone(), "chat", &config))
         .await
         .unwrap();
     assert!(again.recovery().is_empty());
@@ -129,11 +129,10 @@ async fn session_memory_reopens_with_the_same_messages_in_order() {
             .is_empty()
     );
 }
+conformance!(session_memory_reopens_with_the_same_messages_in_order);
 
-#[tokio::test]
-async fn names_are_unique_and_deleting_removes_everything() {
-    let (_dir, path) = db();
-    let store = open(&path);
+async fn names_are_unique_and_deleting_removes_everything(db: TestDb) {
+    let store = db.open().await;
     let session = store.create_session("a", &json!({})).await.unwrap();
     let taken = store.create_session("a", &json!({})).await;
     assert!(
@@ -152,11 +151,10 @@ async fn names_are_unique_and_deleting_removes_everything() {
     );
     assert!(!store.delete_session(&session.id).await.unwrap());
 }
+conformance!(names_are_unique_and_deleting_removes_everything);
 
-#[tokio::test]
-async fn calls_are_read_off_the_messages_in_the_same_transaction() {
-    let (_dir, path) = db();
-    let store = open(&path);
+async fn calls_are_read_off_the_messages_in_the_same_transaction(db: TestDb) {
+    let store = db.open().await;
     let session = store.create_session("s", &json!({})).await.unwrap();
     let lease = store.acquire(&session.id).await.unwrap();
     let made = calls(&["a", "b"]);
@@ -204,11 +202,10 @@ async fn calls_are_read_off_the_messages_in_the_same_transaction() {
         "closing keeps what the call said"
     );
 }
+conformance!(calls_are_read_off_the_messages_in_the_same_transaction);
 
-#[tokio::test]
-async fn a_stored_result_ends_its_calls_approval_question() {
-    let (_dir, path) = db();
-    let store = open(&path);
+async fn a_stored_result_ends_its_calls_approval_question(db: TestDb) {
+    let store = db.open().await;
     let session = store.create_session("s", &json!({})).await.unwrap();
     let lease = store.acquire(&session.id).await.unwrap();
     store
@@ -231,12 +228,11 @@ async fn a_stored_result_ends_its_calls_approval_question() {
         .unwrap();
     assert_eq!(store.pending_approvals(&session.id).await.unwrap(), []);
 }
+conformance!(a_stored_result_ends_its_calls_approval_question);
 
-#[tokio::test]
-async fn an_export_imports_as_an_equal_session() {
+async fn an_export_imports_as_an_equal_session(db: TestDb) {
     use agentry_store::{Grant, GrantKind, SessionExport};
-    let (_dir, path) = db();
-    let store = open(&path);
+    let store = db.open().await;
     let session = store
         .create_session("work", &json!({"model": "m"}))
         .await
@@ -298,3 +294,4 @@ async fn an_export_imports_as_an_equal_session() {
         "a refused import leaves nothing behind"
     );
 }
+conformance!(an_export_imports_as_an_equal_session);

@@ -11,7 +11,7 @@ use agentry_store::{SessionMemory, ToolGroupRecorder, restore_tool_groups};
 use futures::StreamExt;
 use serde_json::json;
 
-use crate::common::{db, open};
+use crate::backends::{TestDb, conformance};
 
 /// Activates the group `web` with the meta tool, then never answers: the reply is cut there,
 /// as by a crash.
@@ -63,11 +63,9 @@ fn active(toolkit: &Toolkit) -> Vec<(String, bool)> {
     toolkit.groups().into_iter().map(|g| (g.name, g.active)).collect()
 }
 
-#[tokio::test]
-async fn groups_the_model_activated_are_active_again_in_the_next_process() {
-    let (_dir, path) = db();
+async fn groups_the_model_activated_are_active_again_in_the_next_process(db: TestDb) {
     let memory = Arc::new(
-        SessionMemory::open_or_create(open(&path), "groups", &json!({"model": "m"}))
+        SessionMemory::open_or_create(db.open().await, "groups", &json!({"model": "m"}))
             .await
             .unwrap(),
     );
@@ -94,7 +92,11 @@ async fn groups_the_model_activated_are_active_again_in_the_next_process() {
     let _ = reply.await;
     drop(memory);
 
-    let memory = SessionMemory::open(open(&path), &id).await.unwrap();
+    let store = db.open().await;
+    let memory = db
+        .once_released(|| SessionMemory::open(store.clone(), &id))
+        .await
+        .unwrap();
     assert_eq!(
         memory.store().session(&id).await.unwrap().unwrap().config["model"],
         "m",
@@ -107,3 +109,4 @@ async fn groups_the_model_activated_are_active_again_in_the_next_process() {
         [("web".to_owned(), true), ("mail".to_owned(), false)]
     );
 }
+conformance!(groups_the_model_activated_are_active_again_in_the_next_process);

@@ -5,18 +5,16 @@ use agentry::message::Msg;
 use agentry_store::{SessionMemory, StoreError};
 use serde_json::json;
 
-use crate::common::{db, open};
+use crate::backends::{TestDb, conformance};
 
-#[tokio::test]
-async fn a_second_writer_on_a_session_is_refused_with_a_clear_error() {
-    let (_dir, path) = db();
-    let first = SessionMemory::open_or_create(open(&path), "chat", &json!({}))
+async fn a_second_writer_on_a_session_is_refused_with_a_clear_error(db: TestDb) {
+    let first = SessionMemory::open_or_create(db.open().await, "chat", &json!({}))
         .await
         .unwrap();
     first.add(vec![Msg::user("mine")]).await.unwrap();
 
-    // Another store on the same file, as another process would open it.
-    let other = open(&path);
+    // Another store on the same database, as another process would open it.
+    let other = db.open().await;
     let id = first.session().id.clone();
     let err = SessionMemory::open(other.clone(), &id).await.unwrap_err();
     match &err {
@@ -40,13 +38,17 @@ async fn a_second_writer_on_a_session_is_refused_with_a_clear_error() {
         other.delete_session(&id).await,
         Err(StoreError::SessionBusy { .. })
     ));
-    // Another session of the same file is free.
+    // Another session of the same database is free.
     SessionMemory::open_or_create(other.clone(), "another", &json!({}))
         .await
         .unwrap();
 
     // Once the first writer is gone (closed or killed), the session can be taken.
     drop(first);
-    let second = SessionMemory::open(other, &id).await.unwrap();
+    let second = db
+        .once_released(|| SessionMemory::open(other.clone(), &id))
+        .await
+        .unwrap();
     assert_eq!(second.size().await.unwrap(), 1);
 }
+conformance!(a_second_writer_on_a_session_is_refused_with_a_clear_error);

@@ -1,0 +1,394 @@
+//! The [`SessionStore`]'s operations one by one, on every backend: messages in order, call
+//! records that never change once terminal, decisions, usage, the event log, owners and names.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
+use agentry::model::ChatUsage;
+use agentry::tool::{ApprovalDecision, ApprovalRequest, CancelPhase, DecisionSource, ToolCallState};
+use agentry_store::{
+    CallRecord, CallStatus, Lease, PendingApprovals, SessionInfo, SessionStore, StoreError, StoredEvent,
+};
+use serde_json::json;
+
+use crate::backends::{TestDb, conformance};
+
+/// A new session named `name` and its lease.
+async fn leased(store: &Arc<dyn SessionStore>, name: &str) -> (SessionInfo, Lease) {
+    let session = store.create_session(name, &json!({"model": "m"})).await.unwrap();
+    let lease = store.acquire(&session.id).await.unwrap();
+    (session, lease)
+}
+
+fn texts(msgs: &[Msg]) -> Vec<String> {
+    msgs.iter().map(|m| m.text().unwrap_or_default()).collect()
+}
+
+async fn insert_before_keeps_order_and_skips_known_ids(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(Msg::user);
+    assert_eq!(
+        store
+            .append_messages(&lease, &[a.clone(), d.clone()])
+            .await
+            .unwrap(),
+        2
+    );
+    let added = store
+        .insert_messages_before(&lease, &d.id, &[b.clone(), c.clone(), a.clone(), b.clone()])
+        .await
+        .unwrap();
+    assert_eq!(added, 2, "a is stored and b comes twice");
+    assert_eq!(
+        texts(&store.messages(&session.id).await.unwrap()),
+        ["a", "b", "c", "d"]
+    );
+    // Before an unknown id: appended.
+    store
+        .insert_messages_before(&lease, "nope", &[Msg::user("e")])
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .delete_messages(&lease, &[b.id.clone(), "x".into()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        texts(&store.messages(&session.id).await.unwrap()),
+        ["a", "c", "d", "e"]
+    );
+    store.clear_messages(&lease).await.unwrap();
+    assert!(store.messages(&session.id).await.unwrap().is_empty());
+}
+conformance!(insert_before_keeps_order_and_skips_known_ids);
+
+async fn a_terminal_call_record_never_changes(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let mut call = CallRecord::new("c1", "search", json!({"q": "x"}));
+    assert!(store.record_call(&lease, &call).await.unwrap());
+    call.status = CallStatus::Running;
+    call.progress = Some("half".into());
+    assert!(store.record_call(&lease, &call).await.unwrap());
+    call.status = CallStatus::Finished(ToolCallState::Completed);
+    assert!(store.record_call(&lease, &call).await.unwrap());
+    call.status = CallStatus::Finished(ToolCallState::Failed);
+    assert!(
+        !store.record_call(&lease, &call).await.unwrap(),
+        "S1: the first terminal state stays"
+    );
+    let stored = store.calls(&session.id).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].status, CallStatus::Finished(ToolCallState::Completed));
+    assert_eq!(stored[0].progress.as_deref(), Some("half"));
+    assert_eq!(stored[0].arguments, json!({"q": "x"}));
+}
+conformance!(a_terminal_call_record_never_changes);
+
+async fn the_first_decision_wins_and_is_kept_with_its_source(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let call_id: agentry::CallId = "c1".into();
+    let unknown = store
+        .request_approval(&lease, &call_id, &ApprovalRequest::new("?"))
+        .await;
+    assert!(matches!(unknown, Err(StoreError::CallNotFound(_))), "{unknown:?}");
+    store
+        .record_call(&lease, &CallRecord::new("c1", "rm", json!({"path": "/tmp/x"})))
+        .await
+        .unwrap();
+    let request = ApprovalRequest::new("Delete /tmp/x?");
+    store.request_approval(&lease, &call_id, &request).await.unwrap();
+    let pending = store.pending_approvals(&session.id).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].request, request);
+    assert_eq!(pending[0].tool_name, "rm");
+
+    let decline = ApprovalDecision::Decline {
+        reason: Some("no".into()),
+    };
+    let call = store
+        .resolve_approval(&lease, &call_id, &decline, DecisionSource::User)
+        .await
+        .unwrap();
+    assert_eq!(
+        call.status,
+        CallStatus::Finished(ToolCallState::Declined {
+            reason: Some("no".into())
+        })
+    );
+    let again = store
+        .resolve_approval(&lease, &call_id, &ApprovalDecision::Approve, DecisionSource::User)
+        .await;
+    assert!(matches!(again, Err(StoreError::NotPending(_))), "{again:?}");
+    let stored = &store.calls(&session.id).await.unwrap()[0];
+    assert_eq!(stored.decision, Some(decline));
+    assert_eq!(stored.decision_source, Some(DecisionSource::User));
+    assert!(store.pending_approvals(&session.id).await.unwrap().is_empty());
+}
+conformance!(the_first_decision_wins_and_is_kept_with_its_source);
+
+async fn usage_adds_up(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    for n in 1..=3 {
+        let usage = ChatUsage {
+            input_tokens: 10 * n,
+            output_tokens: n,
+            time: Duration::from_millis(n),
+            cache_read_tokens: n,
+            cache_write_tokens: 2 * n,
+            reasoning_tokens: 3 * n,
+        };
+        // A reply whose price was unknown adds no cost.
+        let cost = (n != 2).then_some(0.25 * n as f64);
+        store.record_usage(&lease, None, &usage, cost).await.unwrap();
+    }
+    let totals = store.usage(&session.id).await.unwrap();
+    assert_eq!(
+        (totals.calls, totals.input_tokens, totals.output_tokens),
+        (3, 60, 6)
+    );
+    assert_eq!(
+        (
+            totals.cache_read_tokens,
+            totals.cache_write_tokens,
+            totals.reasoning_tokens
+        ),
+        (6, 12, 18)
+    );
+    assert_eq!(totals.cost_usd, Some(1.0));
+    assert!((totals.time_ms - 6.0).abs() < 1e-9);
+}
+conformance!(usage_adds_up);
+
+async fn an_approved_call_is_running_from_the_decision_in_one_commit(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    for id in ["yes", "no"] {
+        store
+            .record_call(&lease, &CallRecord::new(id, "rm", json!({"path": id})))
+            .await
+            .unwrap();
+        store
+            .request_approval(&lease, &id.into(), &ApprovalRequest::new("?"))
+            .await
+            .unwrap();
+    }
+    let mut start = CallRecord::new("yes", "rm", json!({"path": "rewritten"}));
+    start.reply_id = Some("r1".into());
+    start.started_at = Some(chrono::Utc::now());
+    let approved = store
+        .resolve_approval_and_start(
+            &lease,
+            &"yes".into(),
+            &ApprovalDecision::Approve,
+            DecisionSource::User,
+            &start,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        approved.status,
+        CallStatus::Running,
+        "not queued: its body starts"
+    );
+    let decline = ApprovalDecision::Decline { reason: None };
+    let mut no_start = start.clone();
+    no_start.call_id = "no".into();
+    let declined = store
+        .resolve_approval_and_start(&lease, &"no".into(), &decline, DecisionSource::User, &no_start)
+        .await
+        .unwrap();
+    assert_eq!(
+        declined.status,
+        CallStatus::Finished(ToolCallState::Declined { reason: None })
+    );
+
+    let stored = store.calls(&session.id).await.unwrap();
+    assert_eq!(stored[0].status, CallStatus::Running);
+    assert_eq!(
+        stored[0].started_at.map(|t| t.timestamp_micros()),
+        start.started_at.map(|t| t.timestamp_micros())
+    );
+    assert_eq!(
+        stored[0].reply_id.as_ref().map(ToString::to_string).as_deref(),
+        Some("r1")
+    );
+    assert_eq!(stored[0].arguments, json!({"path": "rewritten"}));
+    assert_eq!(stored[0].decision, Some(ApprovalDecision::Approve));
+    assert!(stored[1].started_at.is_none(), "a declined call never started");
+    assert!(store.pending_approvals(&session.id).await.unwrap().is_empty());
+
+    // The process stops while the approved call runs: it may have partly run.
+    let recovered = store.recover(&lease, PendingApprovals::Keep).await.unwrap();
+    assert_eq!(recovered.report.interrupted, ["yes"]);
+    let closed = &store.calls(&session.id).await.unwrap()[0];
+    assert_eq!(closed.status.phase(), Some(CancelPhase::Running));
+}
+conformance!(an_approved_call_is_running_from_the_decision_in_one_commit);
+
+async fn starts_are_written_with_the_messages_in_one_transaction(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let call = Msg::new(
+        "bot",
+        Role::Assistant,
+        vec![ContentBlock::ToolUse(ToolUseBlock {
+            id: "c1".into(),
+            name: "t".into(),
+            input: json!({"n": 1}),
+            raw_input: None,
+        })],
+    );
+    store.append_messages(&lease, &[call]).await.unwrap();
+    let mut start = CallRecord::new("c1", "t", json!({"n": 2}));
+    start.reply_id = Some("r1".into());
+    start.started_at = Some(chrono::Utc::now());
+    let result = Msg::tool_result(ToolResultBlock {
+        id: "c1".into(),
+        name: "t".into(),
+        output: vec![ContentBlock::text("ok")],
+        is_error: false,
+    });
+    let added = store
+        .insert_messages_with_starts(
+            &lease,
+            None,
+            std::slice::from_ref(&start),
+            std::slice::from_ref(&result),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added, 1);
+    let stored = &store.calls(&session.id).await.unwrap()[0];
+    assert_eq!(stored.status, CallStatus::Finished(ToolCallState::Completed));
+    assert_eq!(stored.arguments, json!({"n": 2}), "the arguments it ran with");
+    assert!(stored.reply_id.is_some() && stored.started_at.is_some());
+    // Messages all stored already: the starts are still written.
+    let mut other = start.clone();
+    other.call_id = "c2".into();
+    let added = store
+        .insert_messages_with_starts(&lease, None, &[other], &[result])
+        .await
+        .unwrap();
+    assert_eq!(added, 0);
+    assert_eq!(store.calls(&session.id).await.unwrap().len(), 2);
+}
+conformance!(starts_are_written_with_the_messages_in_one_transaction);
+
+fn event(id: u64) -> StoredEvent {
+    StoredEvent {
+        id,
+        body: format!(r#"{{"type":"approval_withdrawn","reply_id":"r","call_id":"c{id}"}}"#),
+    }
+}
+
+async fn the_event_log_keeps_events_in_order_and_the_reserved_ids_only_grow(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    assert_eq!(store.event_ids(&session.id).await.unwrap(), (0, 0));
+    store.reserve_event_ids(&lease, 1024).await.unwrap();
+    let (other, other_lease) = leased(&store, "t").await;
+    store
+        .append_events(vec![
+            (&lease, vec![event(1), event(2), event(3)]),
+            (&other_lease, vec![event(1)]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(store.event_ids(&other.id).await.unwrap(), (1, 0));
+    // An id stored twice (a retried batch) is kept once; a session deleted meanwhile does not
+    // keep the others' events from being written.
+    db.delete_session_row(&other.id).await;
+    store
+        .append_events(vec![
+            (&other_lease, vec![event(2)]),
+            (&lease, vec![event(3), event(5)]),
+        ])
+        .await
+        .unwrap();
+    let after_one: Vec<u64> = store
+        .events_after(&session.id, 1, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(after_one, [2, 3, 5]);
+    assert_eq!(store.events_after(&session.id, 2, 1).await.unwrap(), [event(3)]);
+    store.reserve_event_ids(&lease, 10).await.unwrap();
+    assert_eq!(
+        store.event_ids(&session.id).await.unwrap(),
+        (5, 1024),
+        "never lowered"
+    );
+    assert_eq!(db.rows_of("session_events", &other.id).await, 0);
+
+    // The log goes with its session.
+    drop(lease);
+    assert!(store.delete_session(&session.id).await.unwrap());
+    assert_eq!(db.rows_of("session_events", &session.id).await, 0);
+}
+conformance!(the_event_log_keeps_events_in_order_and_the_reserved_ids_only_grow);
+
+/// A session made for a user says so when found by id, by name and in the list; one made
+/// for the store's own user has no owner.
+async fn a_session_keeps_the_user_it_was_made_for(db: TestDb) {
+    let store = db.open().await;
+    let owned = store
+        .create_owned_session("hers", &json!({}), Some("ada"))
+        .await
+        .unwrap();
+    let own = store.create_session("mine", &json!({})).await.unwrap();
+    assert_eq!(owned.owner.as_deref(), Some("ada"));
+    assert_eq!(own.owner, None);
+    drop(store);
+    let store = db.open().await;
+    let found = store.session(&owned.id).await.unwrap().unwrap();
+    assert_eq!(found.owner.as_deref(), Some("ada"));
+    let named = store.session_named("mine").await.unwrap().unwrap();
+    assert_eq!(named.owner, None);
+    let owners: Vec<Option<String>> = store
+        .sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.owner)
+        .collect();
+    assert!(
+        owners.contains(&Some("ada".into())) && owners.contains(&None),
+        "{owners:?}"
+    );
+}
+conformance!(a_session_keeps_the_user_it_was_made_for);
+
+/// A session name is unique among one owner's sessions only: a name one user took tells
+/// another nothing. `session_named` finds the store's own user's.
+async fn a_session_name_is_unique_per_owner(db: TestDb) {
+    let store = db.open().await;
+    let config = json!({});
+    let own = store.create_session("notes", &config).await.unwrap();
+    let ada = store
+        .create_owned_session("notes", &config, Some("ada"))
+        .await
+        .unwrap();
+    let bob = store
+        .create_owned_session("notes", &config, Some("bob"))
+        .await
+        .unwrap();
+    assert_ne!(ada.id, bob.id);
+    for owner in [None, Some("ada")] {
+        let again = store.create_owned_session("notes", &config, owner).await;
+        assert!(
+            matches!(again, Err(StoreError::NameTaken(_))),
+            "{owner:?}: {again:?}"
+        );
+    }
+    assert_eq!(store.session_named("notes").await.unwrap().unwrap().id, own.id);
+}
+conformance!(a_session_name_is_unique_per_owner);
