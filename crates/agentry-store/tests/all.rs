@@ -15,6 +15,7 @@ mod common;
 mod counting;
 mod grants;
 mod knowledge;
+mod leases;
 mod long_term;
 mod operations;
 mod plans;

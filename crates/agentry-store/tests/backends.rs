@@ -71,6 +71,20 @@ impl TestDb {
         })
     }
 
+    /// Another fresh database of the same backend.
+    pub fn another(&self) -> TestDb {
+        match &*self.backend {
+            Backend::Sqlite { .. } => TestDb::sqlite(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres { url, .. } => TestDb {
+                backend: Arc::new(Backend::Postgres {
+                    url: url.clone(),
+                    schema: format!("t_{}", uuid::Uuid::new_v4().simple()),
+                }),
+            },
+        }
+    }
+
     /// A new store on this database, as another process would open it.
     pub async fn open(&self) -> Arc<dyn SessionStore> {
         match &*self.backend {
@@ -79,6 +93,24 @@ impl TestDb {
             Backend::Postgres { url, schema } => Arc::new(
                 agentry_store::PostgresStore::connect_with(
                     agentry_store::PostgresOptions::new(url.as_str()).schema(schema.as_str()),
+                )
+                .await
+                .unwrap(),
+            ),
+        }
+    }
+
+    /// A new PostgreSQL store on this database whose leases last `ttl` unless renewed;
+    /// `None` on SQLite, whose leases never expire.
+    #[cfg(feature = "postgres")]
+    pub async fn open_with_lease_ttl(&self, ttl: Duration) -> Option<agentry_store::PostgresStore> {
+        match &*self.backend {
+            Backend::Sqlite { .. } => None,
+            Backend::Postgres { url, schema } => Some(
+                agentry_store::PostgresStore::connect_with(
+                    agentry_store::PostgresOptions::new(url.as_str())
+                        .schema(schema.as_str())
+                        .lease_ttl(ttl),
                 )
                 .await
                 .unwrap(),

@@ -8,7 +8,8 @@ use agentry::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
 use agentry::model::ChatUsage;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, CancelPhase, DecisionSource, ToolCallState};
 use agentry_store::{
-    CallRecord, CallStatus, Lease, PendingApprovals, SessionInfo, SessionStore, StoreError, StoredEvent,
+    CallRecord, CallStatus, Grant, GrantKind, Lease, PendingApprovals, SessionInfo, SessionStore, StoreError,
+    StoredEvent,
 };
 use serde_json::json;
 
@@ -392,3 +393,58 @@ async fn a_session_name_is_unique_per_owner(db: TestDb) {
     assert_eq!(store.session_named("notes").await.unwrap().unwrap().id, own.id);
 }
 conformance!(a_session_name_is_unique_per_owner);
+
+/// The approval policy keys a grant of one call's arguments as `tool\u{0}arguments`: such a
+/// key is kept, listed and revoked as written.
+async fn a_grant_key_with_a_nul_character_is_kept_as_written(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let key = format!("write_file\u{0}{}", json!({"path": "a"}));
+    let grant = Grant {
+        key: key.clone(),
+        tool_name: "write_file".into(),
+        kind: GrantKind::Allow,
+        created_at: chrono::Utc::now(),
+    };
+    store.put_grant(&lease, &grant).await.unwrap();
+    let keys: Vec<String> = store
+        .grants(&session.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| g.key)
+        .collect();
+    assert_eq!(keys, std::slice::from_ref(&key));
+    assert!(store.revoke_grant(&lease, &key).await.unwrap());
+    assert!(store.grants(&session.id).await.unwrap().is_empty());
+}
+conformance!(a_grant_key_with_a_nul_character_is_kept_as_written);
+
+/// What tools and models write may hold a NUL character: a call's arguments, progress,
+/// partial result and explanation, and a message, are kept as written.
+async fn tool_text_with_a_nul_character_is_kept_as_written(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let mut call = CallRecord::new("c1", "t", json!({"text": "a\u{0}b"}));
+    call.progress = Some("page\u{0}1".into());
+    call.explanation = Some("why\u{0}not".into());
+    call.partial_result = Some("half\u{0}done".into());
+    call.status = CallStatus::Finished(ToolCallState::Cancelled {
+        phase: CancelPhase::Running,
+        partial: true,
+        reason: agentry::tool::CancelReason::User,
+    });
+    assert!(store.record_call(&lease, &call).await.unwrap());
+    let stored = &store.calls(&session.id).await.unwrap()[0];
+    assert_eq!(stored.arguments, json!({"text": "a\u{0}b"}));
+    assert_eq!(stored.progress.as_deref(), Some("page\u{0}1"));
+    assert_eq!(stored.explanation.as_deref(), Some("why\u{0}not"));
+    assert_eq!(stored.partial_result.as_deref(), Some("half\u{0}done"));
+    let msg = Msg::user("a\u{0}b");
+    store
+        .append_messages(&lease, std::slice::from_ref(&msg))
+        .await
+        .unwrap();
+    assert_eq!(store.messages(&session.id).await.unwrap(), [msg]);
+}
+conformance!(tool_text_with_a_nul_character_is_kept_as_written);
