@@ -215,3 +215,79 @@ async fn three_nodes_serve_one_session_and_a_killed_node_is_taken_over() {
     }
     fake.assert_no_violations();
 }
+
+/// An approval decision and a cancel sent to the node that does not run the reply reach it:
+/// the call waits on node A, is approved on node B and runs once; the next reply is cancelled
+/// from node B while node A streams it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_and_a_cancel_sent_to_another_node_reach_the_reply() {
+    let Some(db) = database().await else { return };
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(common::write_call());
+    fake.push(Reply::text("Written."));
+    fake.push(Reply::text("This answer is cancelled").hang_after(2));
+    let nodes = [node(&fake, home, &db), node(&fake, home, &db)];
+    let (a, b) = (server_base(&nodes[0]).await, server_base(&nodes[1]).await);
+    let client = http_client();
+    let (status, created) = post_json(&client, format!("{a}/v1/sessions"), json!({"name": "d"})).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let mut stream = Events::open(&client, &b, &id).await;
+
+    let (status, body) = post_json(
+        &client,
+        format!("{a}/v1/sessions/{id}/messages"),
+        json!({"text": "write it"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    stream.until("approval_requested", 0).await;
+    let (status, body) = post_json(
+        &client,
+        format!("{b}/v1/sessions/{id}/calls/w/decision"),
+        json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("decided")),
+        "{body}"
+    );
+    stream.until("reply_finished", 0).await;
+    assert_eq!(std::fs::read_to_string(home.join("notes.txt")).unwrap(), "hello");
+    // A second decision for the same call is refused, wherever it is sent.
+    let (status, body) = post_json(
+        &client,
+        format!("{b}/v1/sessions/{id}/calls/w/decision"),
+        json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("not_pending")),
+        "{body}"
+    );
+
+    let from = stream.seen.len();
+    let (status, body) = post_json(
+        &client,
+        format!("{a}/v1/sessions/{id}/messages"),
+        json!({"text": "go on"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    fake.wait_for_requests(3).await;
+    let (status, body) = post_json(&client, format!("{b}/v1/sessions/{id}/cancel"), json!({})).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    stream.until("reply_finished", from).await;
+    for node in &nodes {
+        node.terminate();
+    }
+    fake.assert_no_violations();
+}

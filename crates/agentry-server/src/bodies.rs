@@ -107,7 +107,7 @@ pub struct Outcome {
 }
 
 /// What a cancel or a decision did.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeKind {
     /// The call or reply is being cancelled.
@@ -118,6 +118,9 @@ pub enum OutcomeKind {
     TimingOut,
     /// The approval was answered.
     Decided,
+    /// Sent to the node that runs the reply, which has not answered yet (it may be being taken
+    /// over): it is applied as soon as the reply's node (or the one taking it over) takes it.
+    Queued,
 }
 
 /// A tool as the model sees it.
@@ -148,7 +151,7 @@ pub struct Health {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Machine-readable: `session_not_found`, `reply_running`, `not_pending`, `bad_body`, ...
-    pub code: &'static str,
+    pub code: String,
     /// For people.
     pub message: String,
 }

@@ -11,7 +11,7 @@ use crate::bodies::{ErrorBody, ErrorDetail};
 #[error("{message}")]
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
+    code: std::borrow::Cow<'static, str>,
     message: String,
 }
 
@@ -20,9 +20,28 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            code,
+            code: code.into(),
             message: message.into(),
         }
+    }
+
+    /// An error another node answered (see `cluster`).
+    pub(crate) fn relayed(status: StatusCode, code: String, message: String) -> Self {
+        ApiError {
+            status,
+            code: code.into(),
+            message,
+        }
+    }
+
+    /// Its machine-readable code.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// Its message.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 
     /// 404: no such session.
@@ -87,7 +106,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
             error: ErrorDetail {
-                code: self.code,
+                code: self.code.into_owned(),
                 message: self.message,
             },
         };

@@ -33,6 +33,7 @@
 
 mod bodies;
 mod cluster;
+mod control;
 mod error;
 mod events;
 mod loopback_guard;
@@ -201,6 +202,7 @@ impl Server {
         let state = Arc::clone(&self.state);
         if state.is_clustered() {
             cluster::start_sweeping(&state);
+            control::start_serving(&state);
         }
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {

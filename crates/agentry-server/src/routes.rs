@@ -3,9 +3,8 @@
 use std::sync::Arc;
 
 use agentry::ReActAgent;
-use agentry::agent::ApprovalError;
 use agentry::message::Msg;
-use agentry::tool::{ApprovalDecision, CancelOutcome};
+use agentry::tool::ApprovalDecision;
 use agentry_store::SessionId;
 use axum::Extension;
 use axum::extract::rejection::JsonRejection;
@@ -21,6 +20,7 @@ use crate::bodies::{
     DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, OutcomeKind, ReplyStarted,
     SessionDetail, SessionList, SessionSummary, ToolInfo, ToolList,
 };
+use crate::control::{Control, control};
 use crate::error::ApiError;
 use crate::events::{ResumeError, last_handed_out};
 use crate::state::AppState;
@@ -285,15 +285,7 @@ pub async fn cancel_reply(
 ) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
     state.check_owner(&caller, &id).await?;
-    let live = loaded_or_409(&state, &id).await?;
-    match live.agent.handle().cancel_reply() {
-        CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
-        CancelOutcome::AlreadyCancelled => Ok(outcome(OutcomeKind::AlreadyCancelled)),
-        _ => Err(ApiError::conflict(
-            "not_replying",
-            "no reply runs in this session",
-        )),
-    }
+    control(&state, &id, Control::CancelReply).await.map(outcome)
 }
 
 /// Cancels a running tool call: its `on_cancel` result goes to the model and the reply goes on.
@@ -306,29 +298,9 @@ pub async fn cancel_call(
 ) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
     state.check_owner(&caller, &id).await?;
-    let live = loaded_or_409(&state, &id).await?;
-    match live.agent.handle().cancel_call(call_id.as_str()) {
-        CancelOutcome::Cancelled => Ok(outcome(OutcomeKind::Cancelled)),
-        // A second cancel while the call winds down changes nothing, and says so (C2).
-        CancelOutcome::AlreadyCancelled if live.is_replying() => Ok(outcome(OutcomeKind::AlreadyCancelled)),
-        CancelOutcome::AlreadyCancelled => Err(ApiError::conflict(
-            "call_finished",
-            format!("the call {call_id:?} has ended (cancelled)"),
-        )),
-        CancelOutcome::AlreadyTimingOut => Ok(outcome(OutcomeKind::TimingOut)),
-        CancelOutcome::AlreadyFinished(state) => Err(ApiError::conflict(
-            "call_finished",
-            format!(
-                "the call {call_id:?} has ended ({})",
-                state.map_or("finished", |s| s.name())
-            ),
-        )),
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "call_not_found",
-            format!("no call {call_id:?} in this session's reply"),
-        )),
-    }
+    control(&state, &id, Control::CancelCall { call_id })
+        .await
+        .map(outcome)
 }
 
 /// Answers a call's approval question.
@@ -343,15 +315,9 @@ pub async fn decide(
     let id = SessionId::new(id);
     state.check_owner(&caller, &id).await?;
     let decision = body(payload)?;
-    let live = loaded_or_409(&state, &id).await?;
-    live.agent
-        .handle()
-        .decide(call_id.as_str(), decision)
-        .map_err(|e| match e {
-            ApprovalError::Cancelled(_) => ApiError::conflict("call_cancelled", e.to_string()),
-            _ => ApiError::conflict("not_pending", e.to_string()),
-        })?;
-    Ok(outcome(OutcomeKind::Decided))
+    control(&state, &id, Control::Decide { call_id, decision })
+        .await
+        .map(outcome)
 }
 
 fn stopping() -> ApiError {
@@ -360,13 +326,4 @@ fn stopping() -> ApiError {
         "stopping",
         "the server is stopping",
     )
-}
-
-/// The loaded session `id`, whose owner the route has checked ([`AppState::check_owner`]): one
-/// that is not loaded has no reply, so nothing to cancel or decide.
-async fn loaded_or_409(state: &AppState, id: &SessionId) -> Result<Arc<crate::state::LiveSession>, ApiError> {
-    state
-        .loaded(id)
-        .await
-        .ok_or_else(|| ApiError::conflict("not_replying", "no reply runs in this session"))
 }

@@ -78,7 +78,12 @@ impl LiveSession {
                     ended.notify_waiters();
                     finished = true;
                 }
+                let asks = matches!(event, agentry::agent::AgentEvent::ApprovalRequested { .. });
                 events.push(&event).await;
+                // A decision sent by another node, maybe while this one took the session over.
+                if asks && let Some(state) = unload.as_ref().and_then(Weak::upgrade) {
+                    crate::control::serve_controls(&state, &memory.session().id).await;
+                }
             }
             if let Err(e) = run.finish().await {
                 tracing::warn!(session = %memory.session().name, error = %e, "a reply failed");
@@ -161,6 +166,8 @@ impl AppState {
         drop(live);
         if waiting {
             session.start(ReActAgent::start_resumed_reply);
+        } else if self.is_clustered() {
+            crate::control::serve_controls(self, id).await;
         }
         Ok(session)
     }
@@ -200,6 +207,11 @@ impl AppState {
             true => Ok(()),
             false => Err(ApiError::no_session(id.as_str())),
         }
+    }
+
+    /// The ids of the sessions loaded here.
+    pub async fn loaded_ids(&self) -> Vec<SessionId> {
+        self.live.lock().await.keys().cloned().collect()
     }
 
     /// The loaded session `id`, if it is loaded.

@@ -295,6 +295,40 @@ pub trait SessionStore: Send + Sync {
     async fn expired_leases(&self) -> Result<Vec<SessionId>, StoreError> {
         Ok(Vec::new())
     }
+
+    /// Who holds the session's lease, expired or not (`None`: nobody writes it).
+    async fn lease_holder(&self, id: &SessionId) -> Result<Option<String>, StoreError> {
+        let _ = id;
+        Ok(None)
+    }
+
+    /// Queues a control (a JSON document the application defines: a cancel, a decision) for
+    /// the process that runs the session's reply, and tells every process
+    /// ([`EventNotice::Controls`]); returns its id. Refused by a store for one process.
+    async fn send_control(&self, id: &SessionId, body: &str) -> Result<u64, StoreError> {
+        let _ = (id, body);
+        Err(StoreError::Database(
+            "this store serves one process: there is nobody to send a control to".into(),
+        ))
+    }
+
+    /// Takes the session's queued controls, oldest first: each is taken once, by one process.
+    async fn take_controls(&self, id: &SessionId) -> Result<Vec<(u64, String)>, StoreError> {
+        let _ = id;
+        Ok(Vec::new())
+    }
+
+    /// Answers control `control` (tells its sender, [`EventNotice::Answered`]).
+    async fn answer_control(&self, control: u64, answer: &str) -> Result<(), StoreError> {
+        let _ = (control, answer);
+        Ok(())
+    }
+
+    /// The answer to control `control`, once given.
+    async fn control_answer(&self, control: u64) -> Result<Option<String>, StoreError> {
+        let _ = control;
+        Ok(None)
+    }
 }
 
 /// What [`SessionStore::event_notices`] tells.
@@ -303,6 +337,10 @@ pub trait SessionStore: Send + Sync {
 pub enum EventNotice {
     /// The session's log has new events.
     Appended(SessionId),
+    /// Controls were queued for the session ([`SessionStore::send_control`]).
+    Controls(SessionId),
+    /// A control was answered ([`SessionStore::answer_control`]).
+    Answered(u64),
     /// Notices may have been missed (the connection that receives them was made again): read
     /// every log that is followed.
     Resync,

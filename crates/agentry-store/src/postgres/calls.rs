@@ -7,6 +7,7 @@ use deadpool_postgres::ClientWrapper as Client;
 use deadpool_postgres::{Object, Transaction};
 
 use super::rows::{CALL_COLUMNS, CallColumns, call_record};
+use super::text::{from_db, to_db};
 use super::tx::{commit, found, touch, write_tx};
 use super::{Ctx, Inner};
 use crate::codec::{from_json, json};
@@ -240,7 +241,7 @@ pub(super) async fn request_approval(
     let ctx = &inner.ctx;
     let body = json("approval request", request)?;
     let tx = write_tx(client, inner, id, token).await?;
-    let Some(mut call) = call_where(&tx, ctx, id, call_id.as_str()).await? else {
+    let Some(mut call) = call_where(&tx, ctx, id, &to_db(call_id.as_str())).await? else {
         return Err(StoreError::CallNotFound(call_id.to_string()));
     };
     if call.status.is_terminal() {
@@ -252,7 +253,7 @@ pub(super) async fn request_approval(
     tx.execute(
         "INSERT INTO pending_approvals (session_id, call_id, request, requested_at) VALUES ($1, $2, $3, now())
          ON CONFLICT (session_id, call_id) DO UPDATE SET request = excluded.request",
-        &[&id.as_str(), &call_id.as_str(), &body],
+        &[&id.as_str(), &to_db(call_id.as_str()), &body],
     )
     .await
     .map_err(|e| ctx.err(e))?;
@@ -279,11 +280,11 @@ pub(super) async fn resolve_approval(
     let was_pending = tx
         .execute(
             "DELETE FROM pending_approvals WHERE session_id = $1 AND call_id = $2",
-            &[&id.as_str(), &call_id.as_str()],
+            &[&id.as_str(), &to_db(call_id.as_str())],
         )
         .await
         .map_err(|e| ctx.err(e))?;
-    let call = call_where(&tx, ctx, id, call_id.as_str()).await?;
+    let call = call_where(&tx, ctx, id, &to_db(call_id.as_str())).await?;
     let Some(mut call) = call.filter(|c| was_pending > 0 && c.status == CallStatus::PendingApproval) else {
         return Err(StoreError::NotPending(call_id.to_string()));
     };
@@ -319,8 +320,8 @@ pub(super) async fn pending_approvals(
         let arguments: String = row.get(2);
         let request: String = row.get(3);
         pending.push(PendingApproval {
-            call_id: call_id.into(),
-            tool_name: row.get(1),
+            call_id: from_db(call_id).into(),
+            tool_name: from_db(row.get(1)),
             arguments: from_json("call arguments", &arguments)?,
             request: from_json("approval request", &request)?,
             requested_at: row.get(4),

@@ -128,6 +128,7 @@ async fn take(inner: &Inner, id: &SessionId) -> Result<i64, StoreError> {
         .await
         .map_err(|e| ctx.err(e))?;
     let mut dead_holder = -1_i64;
+    let mut released_meanwhile = 0;
     loop {
         let row = client
             .query_opt(
@@ -155,6 +156,11 @@ async fn take(inner: &Inner, id: &SessionId) -> Result<i64, StoreError> {
             .await
             .map_err(|e| ctx.err(e))?;
         let Some(held) = held else {
+            // Released between the two statements: take it now (or find the session gone).
+            released_meanwhile += 1;
+            if released_meanwhile <= 3 {
+                continue;
+            }
             return Err(StoreError::SessionNotFound(id.to_string()));
         };
         let (token, their_host, their_pid): (i64, String, i32) = (held.get(1), held.get(2), held.get(3));

@@ -5,6 +5,7 @@ use agentry::model::ChatUsage;
 use deadpool_postgres::ClientWrapper as Client;
 use deadpool_postgres::Object;
 
+use super::text::{from_db, to_db};
 use super::tx::{commit, found, touch, write_tx};
 use super::{Ctx, Inner};
 use crate::codec::{from_json, json};
@@ -24,7 +25,13 @@ pub(super) async fn put_grant(
         "INSERT INTO session_grants (session_id, key, tool_name, kind, created_at) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (session_id, key) DO UPDATE SET
              tool_name = excluded.tool_name, kind = excluded.kind, created_at = excluded.created_at",
-        &[&id.as_str(), &grant.key, &grant.tool_name, &kind, &grant.created_at],
+        &[
+            &id.as_str(),
+            &to_db(&grant.key),
+            &to_db(&grant.tool_name),
+            &kind,
+            &grant.created_at,
+        ],
     )
     .await
     .map_err(|e| ctx.err(e))?;
@@ -44,7 +51,7 @@ pub(super) async fn revoke_grant(
     let deleted = tx
         .execute(
             "DELETE FROM session_grants WHERE session_id = $1 AND key = $2",
-            &[&id.as_str(), &key],
+            &[&id.as_str(), &to_db(key)],
         )
         .await
         .map_err(|e| ctx.err(e))?;
@@ -71,8 +78,8 @@ pub(super) async fn grants(client: &Client, ctx: &Ctx, id: &SessionId) -> Result
         };
         let kind: String = row.get(2);
         grants.push(Grant {
-            key,
-            tool_name: row.get(1),
+            key: from_db(key),
+            tool_name: from_db(row.get(1)),
             kind: from_json::<GrantKind>("grant", &kind)?,
             created_at: row.get(3),
         });

@@ -11,6 +11,7 @@ use deadpool_postgres::{Object, Transaction};
 
 use super::calls::{forget_approval, write_start};
 use super::rows::CallColumns;
+use super::text::to_db;
 use super::tx::{commit, found, touch, write_tx};
 use super::{Ctx, Inner};
 use crate::codec::{from_json, json};
@@ -30,7 +31,7 @@ pub(super) struct Encoded {
 impl Encoded {
     pub(super) fn new(msg: &Msg) -> Result<Self, StoreError> {
         Ok(Encoded {
-            id: msg.id.clone(),
+            id: to_db(&msg.id).into_owned(),
             role: match serde_json::to_value(msg.role) {
                 Ok(serde_json::Value::String(role)) => role,
                 _ => String::new(),
@@ -170,7 +171,7 @@ pub(super) async fn insert_messages(
         Some(before) => tx
             .query_opt(
                 "SELECT seq FROM messages WHERE session_id = $1 AND id = $2",
-                &[&id.as_str(), &before],
+                &[&id.as_str(), &to_db(before)],
             )
             .await
             .map_err(|e| ctx.err(e))?
@@ -222,7 +223,10 @@ pub(super) async fn delete_messages(
         Some(ids) => tx
             .execute(
                 "DELETE FROM messages WHERE session_id = $1 AND id = ANY($2)",
-                &[&id.as_str(), &ids],
+                &[
+                    &id.as_str(),
+                    &ids.iter().map(|i| to_db(i).into_owned()).collect::<Vec<_>>(),
+                ],
             )
             .await
             .map_err(|e| ctx.err(e))?,

@@ -25,6 +25,7 @@
 //! ```
 
 mod calls;
+mod controls;
 mod events;
 mod leases;
 mod ledger;
@@ -34,6 +35,7 @@ mod recover;
 mod rows;
 mod schema;
 mod sessions;
+mod text;
 mod tx;
 
 use std::collections::HashMap;
@@ -571,6 +573,31 @@ impl SessionStore for PostgresStore {
     async fn expired_leases(&self) -> Result<Vec<SessionId>, StoreError> {
         let client = self.client().await?;
         leases::expired(&client, &self.inner.ctx).await
+    }
+
+    async fn lease_holder(&self, id: &SessionId) -> Result<Option<String>, StoreError> {
+        let client = self.client().await?;
+        controls::lease_holder(&client, &self.inner.ctx, id).await
+    }
+
+    async fn send_control(&self, id: &SessionId, body: &str) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        controls::send_control(&client, &self.inner.ctx, id, body).await
+    }
+
+    async fn take_controls(&self, id: &SessionId) -> Result<Vec<(u64, String)>, StoreError> {
+        let client = self.client().await?;
+        controls::take_controls(&client, &self.inner.ctx, id).await
+    }
+
+    async fn answer_control(&self, control: u64, answer: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        controls::answer_control(&client, &self.inner.ctx, control, answer).await
+    }
+
+    async fn control_answer(&self, control: u64) -> Result<Option<String>, StoreError> {
+        let client = self.client().await?;
+        controls::control_answer(&client, &self.inner.ctx, control).await
     }
 }
 

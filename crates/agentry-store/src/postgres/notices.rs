@@ -15,8 +15,12 @@ use tokio_postgres::AsyncMessage;
 use super::Inner;
 use crate::{EventNotice, SessionId};
 
-/// The channel of the notices.
+/// The channel of the notices of appended events (the payload: the session id).
 pub(super) const CHANNEL: &str = "agentry_events";
+/// Of queued controls (the payload: the session id).
+pub(super) const CONTROLS: &str = "agentry_controls";
+/// Of answered controls (the payload: the control's id).
+pub(super) const ANSWERS: &str = "agentry_answers";
 /// Notices a slow subscriber may be behind before it is told to resync.
 const BUFFER: usize = 4_096;
 
@@ -45,13 +49,14 @@ async fn listen(store: Weak<Inner>) {
         };
         match config.connect(tokio_postgres::NoTls).await {
             Ok((client, mut connection)) => {
-                let (received, mut payloads) = mpsc::unbounded_channel::<String>();
+                let (received, mut payloads) = mpsc::unbounded_channel::<(String, String)>();
                 let driver = tokio::spawn(async move {
                     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
                     while let Some(message) = messages.next().await {
                         match message {
                             Ok(AsyncMessage::Notification(notice)) => {
-                                if received.send(notice.payload().to_owned()).is_err() {
+                                let notice = (notice.channel().to_owned(), notice.payload().to_owned());
+                                if received.send(notice).is_err() {
                                     return;
                                 }
                             }
@@ -63,11 +68,21 @@ async fn listen(store: Weak<Inner>) {
                         }
                     }
                 });
-                match client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                let listen = format!("LISTEN {CHANNEL}; LISTEN {CONTROLS}; LISTEN {ANSWERS}");
+                match client.batch_execute(&listen).await {
                     Ok(()) => {
                         let _ = sender.send(EventNotice::Resync);
-                        while let Some(session) = payloads.recv().await {
-                            let _ = sender.send(EventNotice::Appended(SessionId::new(session)));
+                        while let Some((channel, payload)) = payloads.recv().await {
+                            let notice = match channel.as_str() {
+                                CHANNEL => EventNotice::Appended(SessionId::new(payload)),
+                                CONTROLS => EventNotice::Controls(SessionId::new(payload)),
+                                ANSWERS => match payload.parse() {
+                                    Ok(id) => EventNotice::Answered(id),
+                                    Err(_) => continue,
+                                },
+                                _ => continue,
+                            };
+                            let _ = sender.send(notice);
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "could not listen for events"),

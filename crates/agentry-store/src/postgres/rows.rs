@@ -4,6 +4,7 @@ use agentry::tool::{ApprovalDecision, DecisionSource, ToolCallState};
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
+use super::text::{from_db, opt_from_db, opt_to_db, to_db};
 use crate::codec::{from_json, from_name, json, name_of};
 use crate::{CallRecord, CallStatus, SessionId, SessionInfo, StoreError};
 
@@ -61,10 +62,10 @@ impl CallColumns {
     pub(super) fn new(call: &CallRecord) -> Result<Self, StoreError> {
         let status = &call.status;
         Ok(CallColumns {
-            call_id: call.call_id.to_string(),
-            reply_id: call.reply_id.as_ref().map(ToString::to_string),
-            message_id: call.message_id.clone(),
-            tool_name: call.tool_name.clone(),
+            call_id: to_db(call.call_id.as_str()).into_owned(),
+            reply_id: opt_to_db(call.reply_id.as_ref().map(|r| r.as_str())),
+            message_id: opt_to_db(call.message_id.as_deref()),
+            tool_name: to_db(&call.tool_name).into_owned(),
             arguments: json("call arguments", &call.arguments)?,
             state: status.name(),
             terminal: status.is_terminal(),
@@ -72,15 +73,15 @@ impl CallColumns {
             phase: status.phase().map(|p| name_of("cancel phase", &p)).transpose()?,
             partial: status.partial(),
             stop_reason: status.stop_reason(),
-            partial_result: call.partial_result.clone(),
+            partial_result: opt_to_db(call.partial_result.as_deref()),
             decision: call.decision.as_ref().map(|d| json("decision", d)).transpose()?,
             decision_source: call
                 .decision_source
                 .map(|s| name_of("decision source", &s))
                 .transpose()?,
-            explanation: call.explanation.clone(),
+            explanation: opt_to_db(call.explanation.as_deref()),
             idempotent: call.idempotent,
-            progress: call.progress.clone(),
+            progress: opt_to_db(call.progress.as_deref()),
             created_at: call.created_at,
             started_at: call.started_at,
             finished_at: call.finished_at,
@@ -112,16 +113,13 @@ pub(super) fn call_record(row: &Row) -> Result<CallRecord, StoreError> {
     let decision: Option<String> = row.try_get(8).map_err(get_err)?;
     let source: Option<String> = row.try_get(9).map_err(get_err)?;
     Ok(CallRecord {
-        call_id: row.try_get::<_, String>(0).map_err(get_err)?.into(),
-        reply_id: row
-            .try_get::<_, Option<String>>(1)
-            .map_err(get_err)?
-            .map(Into::into),
-        message_id: row.try_get(2).map_err(get_err)?,
-        tool_name: row.try_get(3).map_err(get_err)?,
+        call_id: from_db(row.try_get::<_, String>(0).map_err(get_err)?).into(),
+        reply_id: opt_from_db(row.try_get::<_, Option<String>>(1).map_err(get_err)?).map(Into::into),
+        message_id: opt_from_db(row.try_get(2).map_err(get_err)?),
+        tool_name: from_db(row.try_get(3).map_err(get_err)?),
         arguments: from_json("call arguments", &arguments)?,
         status,
-        partial_result: row.try_get(7).map_err(get_err)?,
+        partial_result: opt_from_db(row.try_get(7).map_err(get_err)?),
         decision: decision
             .map(|d| from_json::<ApprovalDecision>("decision", &d))
             .transpose()?,
@@ -129,10 +127,10 @@ pub(super) fn call_record(row: &Row) -> Result<CallRecord, StoreError> {
             .map(|s| from_name::<DecisionSource>("decision source", s))
             .transpose()?,
         idempotent: row.try_get(10).map_err(get_err)?,
-        progress: row.try_get(11).map_err(get_err)?,
+        progress: opt_from_db(row.try_get(11).map_err(get_err)?),
         created_at: row.try_get(12).map_err(get_err)?,
         started_at: row.try_get(13).map_err(get_err)?,
         finished_at: row.try_get(14).map_err(get_err)?,
-        explanation: row.try_get(15).map_err(get_err)?,
+        explanation: opt_from_db(row.try_get(15).map_err(get_err)?),
     })
 }

@@ -125,8 +125,22 @@ CREATE TABLE session_events (
 );
 ";
 
+/// Version 2: controls (a cancel, an approval decision) sent by any node to the node that runs
+/// a session's reply, kept until taken, with the answer for the sender.
+const V2: &str = "
+CREATE TABLE session_controls (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id  text NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    body        text NOT NULL,                   -- JSON, as the server writes it
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    taken_at    timestamptz,
+    answer      text                             -- JSON, as the server writes it
+);
+CREATE INDEX session_controls_queued ON session_controls (session_id, id) WHERE taken_at IS NULL;
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this build writes and reads.
 pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
