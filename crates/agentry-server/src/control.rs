@@ -191,7 +191,7 @@ pub(crate) async fn serve_controls(state: &AppState, id: &SessionId) {
     let Some(live) = state.loaded(id).await else {
         return;
     };
-    let controls = match state.store.take_controls(id).await {
+    let controls = match state.store.take_controls(live.memory.lease()).await {
         Ok(controls) => controls,
         Err(e) => {
             tracing::warn!(session = %id, error = %e, "could not read the controls sent to a session");

@@ -95,6 +95,19 @@ pub enum StoreError {
     /// A decision for a call that is not waiting for approval (spec A16): nothing changed.
     #[error("call {0} is not waiting for approval")]
     NotPending(String),
+    /// The call was approved for other arguments (or another tool) than it starts with: it
+    /// needs a new approval. Nothing changed.
+    #[error("call {0} was approved for other arguments: it needs a new approval")]
+    ApprovalMismatch(String),
+    /// The call's approval was used already (the call started once), or it was never given:
+    /// the call must not start. Nothing changed.
+    #[error("call {call} may not start: its approval is {state}")]
+    NotApproved {
+        /// The call.
+        call: String,
+        /// Where its approval is (`pending`, `declined`, `expired`, `consumed`).
+        state: String,
+    },
     /// No call with this id is recorded in the session.
     #[error("no call {0} in this session")]
     CallNotFound(String),

@@ -62,6 +62,7 @@ mod tool_groups;
 mod transfer;
 mod types;
 
+pub use approvals::{ApprovalRecord, ApprovalState, arguments_digest};
 pub use attach::SESSION_HOOK;
 pub use error::StoreError;
 pub use grants::{restore_grants, save_grants};

@@ -46,12 +46,17 @@ use crate::{CallRecord, CallStatus, SessionMemory};
 #[derive(Debug, Clone)]
 pub struct CallRecorder {
     memory: Arc<SessionMemory>,
+    /// Approvals the store refused to record as used, by call: those calls must not run.
+    refused: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 impl CallRecorder {
     /// A recorder writing into `memory`'s session.
     pub fn new(memory: Arc<SessionMemory>) -> Self {
-        CallRecorder { memory }
+        CallRecorder {
+            memory,
+            refused: Arc::default(),
+        }
     }
 }
 
@@ -72,12 +77,12 @@ impl AgentHook for CallRecorder {
         self.memory.call_started(start(ctx, call));
     }
 
-    async fn approval_requested(&self, _ctx: &HookContext, call: &ToolUseBlock, request: &ApprovalRequest) {
+    async fn approval_requested(&self, ctx: &HookContext, call: &ToolUseBlock, request: &ApprovalRequest) {
         // Its own commit: the question must be on disk before the user sees it.
         if let Err(e) = self
             .memory
             .store()
-            .request_approval(self.memory.lease(), &call.id, request)
+            .request_approval_for(self.memory.lease(), &start(ctx, call), request)
             .await
         {
             tracing::warn!(call = %call.id, error = %e, "the session store did not keep the approval question");
@@ -122,13 +127,32 @@ impl AgentHook for CallRecorder {
             .await
         {
             tracing::warn!(call = %call.id, error = %e, "the session store did not record the decision");
-            // The call may still run: its start goes with its result, as without a question.
+            // An approval not recorded as used may not be used (see `admit_approved`): the
+            // session was taken over by another process, or the approval was for other
+            // arguments.
             if matches!(
                 decision,
                 ApprovalDecision::Approve | ApprovalDecision::ApproveForSession
             ) {
-                self.memory.call_started(record);
+                self.refused
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(call.id.to_string(), e.to_string());
             }
+        }
+    }
+
+    async fn admit_approved(&self, _ctx: &HookContext, call: &ToolUseBlock) -> Result<(), String> {
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(call.id.as_str());
+        match refused {
+            Some(error) => Err(format!(
+                "the approval could not be recorded, so the call did not run: {error}"
+            )),
+            None => Ok(()),
         }
     }
 }

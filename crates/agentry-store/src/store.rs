@@ -191,6 +191,17 @@ pub trait SessionStore: Send + Sync {
         call_id: &CallId,
         request: &ApprovalRequest,
     ) -> Result<(), StoreError>;
+    /// [`request_approval`](Self::request_approval) for `call` as it will run: its tool and
+    /// arguments (which hooks may have changed since the model's message was stored) are
+    /// recorded with the question, in the same transaction, and the approval is bound to them.
+    async fn request_approval_for(
+        &self,
+        lease: &Lease,
+        call: &CallRecord,
+        request: &ApprovalRequest,
+    ) -> Result<(), StoreError> {
+        self.request_approval(lease, &call.call_id, request).await
+    }
     /// Records the decision for a pending call: approved calls become queued, declined ones
     /// `Declined` (the decision and its source are kept, Y3). The first decision wins: a call
     /// not pending is refused with [`StoreError::NotPending`] (A16). Returns the updated record.
@@ -223,6 +234,9 @@ pub trait SessionStore: Send + Sync {
     }
     /// The calls waiting for approval, in order.
     async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError>;
+    /// The session's approval records, in the order of their calls: each bound to the
+    /// arguments it was asked for, and used at most once (see [`ApprovalState`](crate::ApprovalState)).
+    async fn approvals(&self, id: &SessionId) -> Result<Vec<crate::ApprovalRecord>, StoreError>;
 
     // ---- session grants (spec A12-A14) ----
 
@@ -312,9 +326,11 @@ pub trait SessionStore: Send + Sync {
         ))
     }
 
-    /// Takes the session's queued controls, oldest first: each is taken once, by one process.
-    async fn take_controls(&self, id: &SessionId) -> Result<Vec<(u64, String)>, StoreError> {
-        let _ = id;
+    /// Takes the queued controls of the lease's session, oldest first: each is taken once, by
+    /// the session's writer (a lease taken over takes nothing, so a node that lost a session
+    /// never applies what was meant for the one that took it).
+    async fn take_controls(&self, lease: &Lease) -> Result<Vec<(u64, String)>, StoreError> {
+        let _ = lease;
         Ok(Vec::new())
     }
 

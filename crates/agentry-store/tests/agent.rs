@@ -471,3 +471,96 @@ async fn c3_a_call_of_an_earlier_process_is_already_finished(db: TestDb) {
     );
 }
 conformance!(c3_a_call_of_an_earlier_process_is_already_finished);
+
+/// Runs of [`counted_add`], the tool of the test below.
+static COUNTED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Adds two integers, counting its runs.
+///
+/// # Arguments
+/// * `a` - the first
+/// * `b` - the second
+#[tool(name = "add")]
+fn counted_add(a: i64, b: i64) -> String {
+    COUNTED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    (a + b).to_string()
+}
+
+/// A node whose lease was taken over while a call waited for approval: the approval reaching
+/// it cannot be recorded as used there, so the call is declined and its body never runs on
+/// that node (the session, with the question, went to the node that took it).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_reaching_a_node_that_lost_the_session_runs_nothing() {
+    use std::time::Duration;
+    let Some(db) = TestDb::postgres(module_path!()) else {
+        return;
+    };
+    let stalled: Arc<dyn SessionStore> = Arc::new(db.open_stalled(Duration::from_millis(300)).await.unwrap());
+    let memory = Arc::new(
+        SessionMemory::open_or_create(stalled, "chat", &json!({}))
+            .await
+            .unwrap(),
+    );
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(
+            CountedAddTool,
+            agentry::tool::ToolOptions::new().require_approval(true),
+        )
+        .unwrap();
+    let builder = ReActAgent::builder()
+        .name("bot")
+        .model(Scripted::default())
+        .toolkit(toolkit);
+    let agent = memory.attach(builder).await.unwrap().build().unwrap();
+    let mut run = agent.start_reply(Msg::user("19 + 23?"));
+    let call_id = within("the approval question", async {
+        loop {
+            if let Some(agentry::agent::AgentEvent::ApprovalRequested { call_id, .. }) =
+                run.next_event().await
+            {
+                return call_id;
+            }
+        }
+    })
+    .await;
+    // Another node takes the session over once the stalled node's lease expired.
+    let other = db.open().await;
+    let id = memory.session().id.clone();
+    let taken = within("the takeover", async {
+        loop {
+            match other.acquire(&id).await {
+                Ok(lease) => return lease,
+                Err(agentry_store::StoreError::SessionBusy { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    agent
+        .handle()
+        .decide(call_id.as_str(), agentry::tool::ApprovalDecision::Approve)
+        .unwrap();
+    within("the reply's end", async {
+        while run.next_event().await.is_some() {}
+    })
+    .await;
+    let _ = run.finish().await;
+    assert_eq!(
+        COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the approved call ran on the node that lost the session"
+    );
+    // Where the session went, the question is still open: it is asked there, and runs once.
+    let records = other.approvals(&id).await.unwrap();
+    assert_eq!(
+        records[0].state,
+        agentry_store::ApprovalState::Pending,
+        "{records:?}"
+    );
+    drop(taken);
+    db.finish().await;
+}

@@ -118,6 +118,25 @@ impl TestDb {
         }
     }
 
+    /// A new PostgreSQL store on this database whose leases last `ttl` and are renewed only by
+    /// its writes, as a node that stalled; `None` on SQLite.
+    #[cfg(feature = "postgres")]
+    pub async fn open_stalled(&self, ttl: Duration) -> Option<agentry_store::PostgresStore> {
+        match &*self.backend {
+            Backend::Sqlite { .. } => None,
+            Backend::Postgres { url, schema } => Some(
+                agentry_store::PostgresStore::connect_with(
+                    agentry_store::PostgresOptions::new(url.as_str())
+                        .schema(schema.as_str())
+                        .lease_ttl(ttl)
+                        .renew_leases(false),
+                )
+                .await
+                .unwrap(),
+            ),
+        }
+    }
+
     /// How long a lease dropped by one store instance may take to be free for another: none on
     /// SQLite (the file lock goes with the drop), a moment on PostgreSQL (a background task
     /// deletes the lease row).

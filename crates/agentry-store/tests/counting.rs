@@ -127,6 +127,15 @@ impl SessionStore for Counting {
         self.write();
         self.inner.request_approval(lease, call_id, request).await
     }
+    async fn request_approval_for(
+        &self,
+        lease: &Lease,
+        call: &CallRecord,
+        request: &ApprovalRequest,
+    ) -> Result<(), StoreError> {
+        self.write();
+        self.inner.request_approval_for(lease, call, request).await
+    }
     async fn resolve_approval(
         &self,
         lease: &Lease,
@@ -154,6 +163,9 @@ impl SessionStore for Counting {
     }
     async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError> {
         self.inner.pending_approvals(id).await
+    }
+    async fn approvals(&self, id: &SessionId) -> Result<Vec<agentry_store::ApprovalRecord>, StoreError> {
+        self.inner.approvals(id).await
     }
     async fn put_grant(&self, lease: &Lease, grant: &Grant) -> Result<(), StoreError> {
         self.write();

@@ -175,8 +175,10 @@ async fn an_approved_call_is_running_from_the_decision_in_one_commit(db: TestDb)
             .record_call(&lease, &CallRecord::new(id, "rm", json!({"path": id})))
             .await
             .unwrap();
+        // Asked about the arguments as a hook rewrote them before the question.
+        let asked = CallRecord::new(id, "rm", json!({"path": "rewritten"}));
         store
-            .request_approval(&lease, &id.into(), &ApprovalRequest::new("?"))
+            .request_approval_for(&lease, &asked, &ApprovalRequest::new("?"))
             .await
             .unwrap();
     }
@@ -232,6 +234,109 @@ async fn an_approved_call_is_running_from_the_decision_in_one_commit(db: TestDb)
     assert_eq!(closed.status.phase(), Some(CancelPhase::Running));
 }
 conformance!(an_approved_call_is_running_from_the_decision_in_one_commit);
+
+/// An approval is bound to the tool and arguments it was asked for, used by one start, and
+/// expires with a call that never started: a changed argument needs a new approval, and no
+/// retry or replay starts an approved call twice.
+async fn an_approval_is_bound_to_its_arguments_and_used_once(db: TestDb) {
+    use agentry_store::ApprovalState;
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let call = |id: &str, path: &str| CallRecord::new(id, "rm", json!({ "path": path }));
+    let state = |records: Vec<agentry_store::ApprovalRecord>, id: &str| {
+        records
+            .into_iter()
+            .find(|r| r.call_id.as_str() == id)
+            .map(|r| r.state)
+    };
+    for id in ["a", "b", "c"] {
+        store.record_call(&lease, &call(id, "x")).await.unwrap();
+        store
+            .request_approval_for(&lease, &call(id, "x"), &ApprovalRequest::new("?"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        state(store.approvals(&session.id).await.unwrap(), "a"),
+        Some(ApprovalState::Pending)
+    );
+
+    // Started with other arguments than asked: refused, and nothing changed.
+    let refused = store
+        .resolve_approval_and_start(
+            &lease,
+            &"a".into(),
+            &ApprovalDecision::Approve,
+            DecisionSource::User,
+            &call("a", "y"),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::ApprovalMismatch(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        state(store.approvals(&session.id).await.unwrap(), "a"),
+        Some(ApprovalState::Pending)
+    );
+    assert_eq!(store.pending_approvals(&session.id).await.unwrap().len(), 3);
+
+    // Approved, then used once by a start with the asked arguments.
+    store
+        .resolve_approval(
+            &lease,
+            &"a".into(),
+            &ApprovalDecision::Approve,
+            DecisionSource::User,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        state(store.approvals(&session.id).await.unwrap(), "a"),
+        Some(ApprovalState::Approved)
+    );
+    let other = store.call_started(&lease, &call("a", "y")).await;
+    assert!(matches!(other, Err(StoreError::ApprovalMismatch(_))), "{other:?}");
+    assert!(store.call_started(&lease, &call("a", "x")).await.unwrap());
+    let used = store.approvals(&session.id).await.unwrap();
+    assert_eq!(state(used.clone(), "a"), Some(ApprovalState::Consumed));
+    assert!(
+        used.iter()
+            .find(|r| r.call_id.as_str() == "a")
+            .unwrap()
+            .consumed_at
+            .is_some()
+    );
+    let again = store.call_started(&lease, &call("a", "x")).await;
+    assert!(matches!(again, Err(StoreError::NotApproved { .. })), "{again:?}");
+
+    // Declined: never starts.
+    let decline = ApprovalDecision::Decline { reason: None };
+    store
+        .resolve_approval(&lease, &"b".into(), &decline, DecisionSource::User)
+        .await
+        .unwrap();
+    assert_eq!(
+        state(store.approvals(&session.id).await.unwrap(), "b"),
+        Some(ApprovalState::Declined)
+    );
+    // Its call ended with the decline: a start changes nothing.
+    assert!(!store.call_started(&lease, &call("b", "x")).await.unwrap());
+    let b = &store.calls(&session.id).await.unwrap()[1];
+    assert!(b.status.is_terminal() && b.started_at.is_none(), "{b:?}");
+
+    // Still pending when the process stopped: closed by recovery, its approval expired.
+    store.recover(&lease, PendingApprovals::Close).await.unwrap();
+    assert_eq!(
+        state(store.approvals(&session.id).await.unwrap(), "c"),
+        Some(ApprovalState::Expired)
+    );
+    assert_eq!(
+        state(store.approvals(&session.id).await.unwrap(), "a"),
+        Some(ApprovalState::Consumed)
+    );
+}
+conformance!(an_approval_is_bound_to_its_arguments_and_used_once);
 
 async fn starts_are_written_with_the_messages_in_one_transaction(db: TestDb) {
     let store = db.open().await;

@@ -940,3 +940,36 @@ async fn a12_the_same_arguments_in_another_key_order_match_the_grant() {
     assert_eq!(probe.runs(), 2);
     fake.assert_no_violations();
 }
+
+/// A hook that refuses every approval, as a store does when it cannot record one as used.
+struct RefusesApprovals;
+
+#[async_trait::async_trait]
+impl agentry::agent::AgentHook for RefusesApprovals {
+    async fn admit_approved(
+        &self,
+        _ctx: &agentry::agent::HookContext,
+        _call: &agentry::message::ToolUseBlock,
+    ) -> Result<(), String> {
+        Err("the session was taken over".into())
+    }
+}
+
+#[tokio::test]
+async fn an_approval_a_hook_refuses_is_a_decline_and_the_body_never_runs() {
+    let (fake, toolkit, probe) = setup(vec![call("g", "guarded", json!({}))], guarded()).await;
+    let agent = agent_with(&fake, toolkit, |b| b.hook("store", RefusesApprovals));
+    let (handle, mut driver) = Driver::go(&agent);
+    driver.wait_for("asked", asked("g")).await;
+    handle.decide("g", ApprovalDecision::Approve).unwrap();
+    let (reply, events) = driver.finish().await;
+    assert_eq!(reply.unwrap().text().as_deref(), Some("after the tools"));
+    check_all(&agent, &events).await;
+    assert_eq!(probe.runs(), 0, "the refused approval ran nothing");
+    assert_eq!(
+        tool_message(&fake, 1, "g"),
+        declined_text(Some("the session was taken over"))
+    );
+    assert!(agent.session_grants().is_empty(), "no grant either");
+    fake.assert_no_violations();
+}

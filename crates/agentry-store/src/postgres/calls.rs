@@ -6,6 +6,7 @@ use chrono::Utc;
 use deadpool_postgres::ClientWrapper as Client;
 use deadpool_postgres::{Object, Transaction};
 
+use super::approvals;
 use super::rows::{CALL_COLUMNS, CallColumns, call_record};
 use super::text::{from_db, to_db};
 use super::tx::{commit, found, touch, write_tx};
@@ -91,7 +92,7 @@ pub(super) async fn forget_approval(
     tx.execute(&statement, &[&id.as_str(), &call_id])
         .await
         .map_err(|e| ctx.err(e))?;
-    Ok(())
+    approvals::expire(tx, ctx, id, call_id).await
 }
 
 pub(super) async fn record_call(
@@ -131,6 +132,7 @@ pub(super) async fn write_start(
     id: &SessionId,
     call: &CallColumns,
 ) -> Result<bool, StoreError> {
+    approvals::consume_on_start(tx, ctx, id, &call.call_id, &call.digest()?).await?;
     let statement = tx
         .prepare_cached(
             "INSERT INTO tool_calls (session_id, call_id, reply_id, tool_name, arguments, state, terminal, \
@@ -230,6 +232,7 @@ fn qualified(alias: &str, columns: &str) -> String {
 
 // ---- approvals ----
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn request_approval(
     client: &mut Object,
     inner: &Inner,
@@ -237,6 +240,7 @@ pub(super) async fn request_approval(
     token: i64,
     call_id: &CallId,
     request: &ApprovalRequest,
+    asked: Option<&CallRecord>,
 ) -> Result<(), StoreError> {
     let ctx = &inner.ctx;
     let body = json("approval request", request)?;
@@ -247,9 +251,22 @@ pub(super) async fn request_approval(
     if call.status.is_terminal() {
         return Err(StoreError::NotPending(call_id.to_string()));
     }
+    if let Some(asked) = asked {
+        call.tool_name = asked.tool_name.clone();
+        call.arguments = asked.arguments.clone();
+        call.reply_id = asked.reply_id.clone().or(call.reply_id);
+    }
     call.status = CallStatus::PendingApproval;
     call.explanation = Some(request.message.clone());
     write_call(&tx, ctx, id, &CallColumns::new(&call)?).await?;
+    approvals::ask(
+        &tx,
+        ctx,
+        id,
+        &to_db(call_id.as_str()),
+        &crate::arguments_digest(&call.tool_name, &call.arguments),
+    )
+    .await?;
     tx.execute(
         "INSERT INTO pending_approvals (session_id, call_id, request, requested_at) VALUES ($1, $2, $3, now())
          ON CONFLICT (session_id, call_id) DO UPDATE SET request = excluded.request",
@@ -288,7 +305,22 @@ pub(super) async fn resolve_approval(
     let Some(mut call) = call.filter(|c| was_pending > 0 && c.status == CallStatus::PendingApproval) else {
         return Err(StoreError::NotPending(call_id.to_string()));
     };
+    let started_with = start.map(|s| crate::arguments_digest(&s.tool_name, &s.arguments));
     crate::approvals::decide(&mut call, decision, source, start, Utc::now());
+    let state = match (&call.status, &started_with) {
+        (CallStatus::Running, Some(_)) => crate::ApprovalState::Consumed,
+        (CallStatus::Queued, _) => crate::ApprovalState::Approved,
+        _ => crate::ApprovalState::Declined,
+    };
+    approvals::decide(
+        &tx,
+        ctx,
+        id,
+        &to_db(call_id.as_str()),
+        state,
+        started_with.as_deref(),
+    )
+    .await?;
     write_call(&tx, ctx, id, &CallColumns::new(&call)?).await?;
     touch(&tx, ctx, id).await?;
     commit(tx, ctx).await?;

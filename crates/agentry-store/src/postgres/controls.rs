@@ -31,16 +31,20 @@ pub(super) async fn send_control(
     Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
 }
 
+/// Takes the session's queued controls for the holder of lease `token`.
 pub(super) async fn take_controls(
     client: &Client,
     ctx: &Ctx,
     id: &SessionId,
+    token: i64,
 ) -> Result<Vec<(u64, String)>, StoreError> {
     let rows = client
         .query(
             "UPDATE session_controls SET taken_at = now()
-             WHERE session_id = $1 AND taken_at IS NULL RETURNING id, body",
-            &[&id.as_str()],
+             WHERE session_id = $1 AND taken_at IS NULL
+               AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND token = $2)
+             RETURNING id, body",
+            &[&id.as_str(), &token],
         )
         .await
         .map_err(|e| ctx.err(e))?;

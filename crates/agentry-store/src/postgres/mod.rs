@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+mod approvals;
 mod calls;
 mod controls;
 mod events;
@@ -449,7 +450,7 @@ impl SessionStore for PostgresStore {
     ) -> Result<(), StoreError> {
         let (id, token) = self.leased(lease)?;
         let mut client = self.client().await?;
-        calls::request_approval(&mut client, &self.inner, &id, token, call_id, request).await
+        calls::request_approval(&mut client, &self.inner, &id, token, call_id, request, None).await
     }
 
     async fn resolve_approval(
@@ -500,6 +501,31 @@ impl SessionStore for PostgresStore {
     async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError> {
         let client = self.client().await?;
         calls::pending_approvals(&client, &self.inner.ctx, id).await
+    }
+
+    async fn approvals(&self, id: &SessionId) -> Result<Vec<crate::ApprovalRecord>, StoreError> {
+        let client = self.client().await?;
+        approvals::approvals(&client, &self.inner.ctx, id).await
+    }
+
+    async fn request_approval_for(
+        &self,
+        lease: &Lease,
+        call: &CallRecord,
+        request: &ApprovalRequest,
+    ) -> Result<(), StoreError> {
+        let (id, token) = self.leased(lease)?;
+        let mut client = self.client().await?;
+        calls::request_approval(
+            &mut client,
+            &self.inner,
+            &id,
+            token,
+            &call.call_id,
+            request,
+            Some(call),
+        )
+        .await
     }
 
     async fn put_grant(&self, lease: &Lease, grant: &Grant) -> Result<(), StoreError> {
@@ -585,9 +611,10 @@ impl SessionStore for PostgresStore {
         controls::send_control(&client, &self.inner.ctx, id, body).await
     }
 
-    async fn take_controls(&self, id: &SessionId) -> Result<Vec<(u64, String)>, StoreError> {
+    async fn take_controls(&self, lease: &Lease) -> Result<Vec<(u64, String)>, StoreError> {
+        let (id, token) = self.leased(lease)?;
         let client = self.client().await?;
-        controls::take_controls(&client, &self.inner.ctx, id).await
+        controls::take_controls(&client, &self.inner.ctx, &id, token).await
     }
 
     async fn answer_control(&self, control: u64, answer: &str) -> Result<(), StoreError> {

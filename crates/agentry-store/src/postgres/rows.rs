@@ -59,6 +59,15 @@ pub(super) struct CallColumns {
 }
 
 impl CallColumns {
+    /// The digest of its tool and arguments (what an approval is bound to).
+    pub(super) fn digest(&self) -> Result<String, StoreError> {
+        let arguments: serde_json::Value = from_json("call arguments", &self.arguments)?;
+        Ok(crate::arguments_digest(
+            &from_db(self.tool_name.clone()),
+            &arguments,
+        ))
+    }
+
     pub(super) fn new(call: &CallRecord) -> Result<Self, StoreError> {
         let status = &call.status;
         Ok(CallColumns {

@@ -139,8 +139,24 @@ CREATE TABLE session_controls (
 CREATE INDEX session_controls_queued ON session_controls (session_id, id) WHERE taken_at IS NULL;
 ";
 
+/// Version 3: approval records, bound to the digest of the tool and arguments they were asked
+/// for, consumed by their call's start (as SQLite's version 11).
+const V3: &str = "
+CREATE TABLE approvals (
+    session_id    text NOT NULL,
+    call_id       text NOT NULL,
+    digest        text NOT NULL,
+    state         text NOT NULL,                 -- pending | approved | declined | expired | consumed
+    requested_at  timestamptz NOT NULL,
+    decided_at    timestamptz,
+    consumed_at   timestamptz,
+    PRIMARY KEY (session_id, call_id),
+    FOREIGN KEY (session_id, call_id) REFERENCES tool_calls (session_id, call_id) ON DELETE CASCADE
+);
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this build writes and reads.
 pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -7,6 +7,7 @@ use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::Ctx;
+use super::approvals;
 use super::rows::{CALL_COLUMNS, EncodedCall, call_record, call_row, from_json, parse_ts, ts};
 use super::tx::{commit, session_rows, snapshot, touch, write_tx};
 use crate::{CallRecord, CallStatus, PendingApproval, SessionId, StoreError};
@@ -81,7 +82,7 @@ pub(super) fn forget_approval(
     tx.prepare_cached("DELETE FROM pending_approvals WHERE session_id = ?1 AND call_id = ?2")
         .and_then(|mut s| s.execute(params![id.as_str(), call_id]))
         .map_err(|e| ctx.err(e))?;
-    Ok(())
+    approvals::expire(tx, ctx, id, call_id)
 }
 
 pub(super) fn record_call(
@@ -119,11 +120,12 @@ pub(super) fn write_start(
     id: &SessionId,
     call: &EncodedCall,
 ) -> Result<bool, StoreError> {
+    approvals::consume_on_start(tx, ctx, id, &call.call_id, &call.digest()?)?;
     let changed = tx
         .prepare_cached(
             "INSERT INTO tool_calls (session_id, call_id, reply_id, tool_name, arguments, state, terminal, \
                  idempotent, created_at, started_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', 0, ?6, ?7, ?8, ?8)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', 0, ?6, ?7, ?8, ?9)
              ON CONFLICT (session_id, call_id) DO UPDATE SET
                  reply_id = coalesce(excluded.reply_id, tool_calls.reply_id),
                  tool_name = excluded.tool_name, arguments = excluded.arguments, state = 'running',
@@ -139,7 +141,8 @@ pub(super) fn write_start(
                 call.arguments,
                 call.idempotent,
                 call.created_at,
-                call.started_at
+                call.started_at,
+                ts(Utc::now())
             ])
         })
         .map_err(|e| ctx.err(e))?;
@@ -183,6 +186,8 @@ pub(super) fn calls(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<
 
 // ---- approvals ----
 
+/// Marks a call as waiting for approval with `request`; with `asked`, as it will run (its tool
+/// and arguments, recorded with the question).
 pub(super) fn request_approval(
     conn: &mut Connection,
     ctx: &Ctx,
@@ -190,6 +195,7 @@ pub(super) fn request_approval(
     call_id: &CallId,
     request: &str,
     explanation: &str,
+    asked: Option<CallRecord>,
 ) -> Result<(), StoreError> {
     let tx = write_tx(conn, ctx)?;
     let Some(mut call) = call_where(&tx, ctx, id, call_id)? else {
@@ -198,9 +204,21 @@ pub(super) fn request_approval(
     if call.status.is_terminal() {
         return Err(StoreError::NotPending(call_id.to_string()));
     }
+    if let Some(asked) = asked {
+        call.tool_name = asked.tool_name;
+        call.arguments = asked.arguments;
+        call.reply_id = asked.reply_id.or(call.reply_id);
+    }
     call.status = CallStatus::PendingApproval;
     call.explanation = Some(explanation.to_owned());
     write_call(&tx, ctx, id, &EncodedCall::new(&call)?)?;
+    approvals::ask(
+        &tx,
+        ctx,
+        id,
+        call_id.as_str(),
+        &crate::arguments_digest(&call.tool_name, &call.arguments),
+    )?;
     tx.execute(
         "INSERT INTO pending_approvals (session_id, call_id, request, requested_at) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (session_id, call_id) DO UPDATE SET request = excluded.request",
@@ -234,7 +252,16 @@ pub(super) fn resolve_approval(
     let Some(mut call) = call.filter(|c| was_pending > 0 && c.status == CallStatus::PendingApproval) else {
         return Err(StoreError::NotPending(call_id.to_string()));
     };
+    let started_with = start
+        .as_ref()
+        .map(|s| crate::arguments_digest(&s.tool_name, &s.arguments));
     crate::approvals::decide(&mut call, &decision, source, start.as_ref(), Utc::now());
+    let state = match (&call.status, &started_with) {
+        (CallStatus::Running, Some(_)) => crate::ApprovalState::Consumed,
+        (CallStatus::Queued, _) => crate::ApprovalState::Approved,
+        _ => crate::ApprovalState::Declined,
+    };
+    approvals::decide(&tx, ctx, id, call_id.as_str(), state, started_with.as_deref())?;
     write_call(&tx, ctx, id, &EncodedCall::new(&call)?)?;
     touch(&tx, ctx, id)?;
     commit(tx, ctx)?;

@@ -13,6 +13,7 @@
 //! # });
 //! ```
 
+mod approvals;
 mod calls;
 #[cfg(feature = "crash-points")]
 mod crash;
@@ -464,8 +465,28 @@ impl SessionStore for SqliteStore {
         let explanation = request.message.clone();
         let request =
             serde_json::to_string(request).map_err(|e| StoreError::encode("approval request", e))?;
-        self.run(move |conn, ctx| calls::request_approval(conn, ctx, &id, &call_id, &request, &explanation))
-            .await
+        self.run(move |conn, ctx| {
+            calls::request_approval(conn, ctx, &id, &call_id, &request, &explanation, None)
+        })
+        .await
+    }
+
+    async fn request_approval_for(
+        &self,
+        lease: &Lease,
+        call: &CallRecord,
+        request: &ApprovalRequest,
+    ) -> Result<(), StoreError> {
+        let id = self.leased(lease)?;
+        let call = call.clone();
+        let explanation = request.message.clone();
+        let request =
+            serde_json::to_string(request).map_err(|e| StoreError::encode("approval request", e))?;
+        self.run(move |conn, ctx| {
+            let call_id = call.call_id.clone();
+            calls::request_approval(conn, ctx, &id, &call_id, &request, &explanation, Some(call))
+        })
+        .await
     }
 
     async fn resolve_approval(
@@ -503,6 +524,12 @@ impl SessionStore for SqliteStore {
     async fn pending_approvals(&self, id: &SessionId) -> Result<Vec<PendingApproval>, StoreError> {
         let id = id.clone();
         self.run(move |conn, ctx| calls::pending_approvals(conn, ctx, &id))
+            .await
+    }
+
+    async fn approvals(&self, id: &SessionId) -> Result<Vec<crate::ApprovalRecord>, StoreError> {
+        let id = id.clone();
+        self.run(move |conn, ctx| approvals::approvals(conn, ctx, &id))
             .await
     }
 

@@ -82,6 +82,12 @@ pub(crate) struct EncodedCall {
 }
 
 impl EncodedCall {
+    /// The digest of its tool and arguments (what an approval is bound to).
+    pub(super) fn digest(&self) -> Result<String, StoreError> {
+        let arguments: serde_json::Value = from_json("call arguments", &self.arguments)?;
+        Ok(crate::arguments_digest(&self.tool_name, &arguments))
+    }
+
     pub(crate) fn new(call: &CallRecord) -> Result<Self, StoreError> {
         let status = &call.status;
         Ok(EncodedCall {

@@ -260,6 +260,23 @@ ALTER TABLE sessions_v10 RENAME TO sessions;
 CREATE UNIQUE INDEX sessions_owner_name ON sessions (ifnull(owner, ''), name);
 ";
 
+/// Version 11: approval records. An approval is bound to the digest of the tool and arguments it
+/// was asked for, and goes pending, then approved or declined, then consumed by its call's
+/// start (in the same transaction) or expired with the call (see `ApprovalState`).
+const V11: &str = "
+CREATE TABLE approvals (
+    session_id    TEXT NOT NULL,
+    call_id       TEXT NOT NULL,
+    digest        TEXT NOT NULL,         -- SHA-256 of the tool name and canonical arguments
+    state         TEXT NOT NULL,         -- pending | approved | declined | expired | consumed
+    requested_at  TEXT NOT NULL,
+    decided_at    TEXT,
+    consumed_at   TEXT,
+    PRIMARY KEY (session_id, call_id),
+    FOREIGN KEY (session_id, call_id) REFERENCES tool_calls (session_id, call_id) ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+";
+
 /// One step of the schema: SQL, or Rust where the new rows are computed by the code.
 enum Migration {
     Sql(&'static str),
@@ -287,6 +304,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(V8),
     Migration::Sql(V9),
     Migration::Sql(V10),
+    Migration::Sql(V11),
 ];
 
 /// Makes a database at schema `version` on `conn`, for the migration tests.

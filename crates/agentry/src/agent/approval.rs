@@ -200,6 +200,12 @@ impl ReplyCx<'_> {
                     .await;
             }
         }
+        let decided = match decided {
+            Some((decision @ (ApprovalDecision::Approve | ApprovalDecision::ApproveForSession), source)) => {
+                Some((self.admitted(call, decision).await, source))
+            }
+            other => other,
+        };
         let Some((decision, source)) = decided else {
             if let Some(ToolCallState::Declined { .. }) = record.terminal() {
                 // Declined for want of a decider (A15); already announced.
@@ -215,6 +221,17 @@ impl ReplyCx<'_> {
             policy.session_scope,
         );
         self.apply_decision(record, key, decision, source).await
+    }
+
+    /// An approval as the hooks admit it: declined with the reason of the first that refuses
+    /// it (a store that could not record it as used).
+    async fn admitted(&self, call: &ToolUseBlock, decision: ApprovalDecision) -> ApprovalDecision {
+        for (_, hook) in self.hooks.iter() {
+            if let Err(reason) = hook.admit_approved(&self.hook_cx, call).await {
+                return ApprovalDecision::Decline { reason: Some(reason) };
+            }
+        }
+        decision
     }
 
     /// The user's answer, a cancel of the call (`None`), or no decision (the approval timeout,

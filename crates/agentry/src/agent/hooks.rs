@@ -99,6 +99,14 @@ pub trait AgentHook: Send + Sync + 'static {
         _source: DecisionSource,
     ) {
     }
+    /// After [`approval_decided`](Self::approval_decided) approved a call that waited, before
+    /// its body runs: `Err(reason)` refuses the approval, and the call is declined with `reason`
+    /// instead (the model reads it). A session store refuses a call whose approval it could not
+    /// record as used (its session was taken over by another process, or the approval was given
+    /// for other arguments), so that an approved call never runs twice, nor unrecorded.
+    async fn admit_approved(&self, _ctx: &HookContext, _call: &ToolUseBlock) -> Result<(), String> {
+        Ok(())
+    }
     /// The user's decision made a session grant (spec A14: approve or decline for the session),
     /// held under `key` by the agent from now on: called before the call it came from runs or
     /// is declined, so that a store keeps the grant even if the process dies during the call.
