@@ -211,3 +211,52 @@ async fn served_sessions_share_the_users_memory_and_retrieve_knowledge() {
     assert!(!blocks.contains(&"My dog is called Rex."), "{blocks:#?}");
     fake.assert_no_violations();
 }
+
+/// `serve --retain` deletes the sessions unused for longer than the retention, with their
+/// events: the store of a long-running server stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_deletes_sessions_older_than_the_retention() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("Noted."));
+    let db = home.join("s.db").display().to_string();
+    let ran = agentry(
+        common::run_args(
+            &fake.base_url(),
+            home,
+            &["--no-mcp", "--db", &db, "--session", "old"],
+            "hi",
+        ),
+        home,
+    )
+    .await;
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
+    let server = Program::start(
+        &serve_args(&fake, home, &["--addr", "127.0.0.1:0", "--retain", "1ms"]),
+        home,
+    );
+    let base = server_base(&server).await;
+    let client = http_client();
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            let list: Value = client
+                .get(format!("{base}/v1/sessions"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if list["sessions"].as_array().unwrap().is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the old session was not deleted");
+    server.terminate();
+    let (status, _, err) = server.finish().await;
+    assert!(status.success(), "{err}");
+}

@@ -39,6 +39,7 @@ mod events;
 mod loopback_guard;
 mod openapi;
 mod page;
+mod retention;
 mod routes;
 mod state;
 mod users;
@@ -108,6 +109,7 @@ pub enum ServeError {
 pub struct Server {
     state: Arc<AppState>,
     guard: LoopbackGuard,
+    retain: Option<std::time::Duration>,
 }
 
 impl Server {
@@ -117,7 +119,17 @@ impl Server {
         Server {
             state: Arc::new(AppState::new(store, factory, toolkit)),
             guard: LoopbackGuard::default(),
+            retain: None,
         }
+    }
+
+    /// Deletes, while serving, what is older than `retain`: events (a client can resume only
+    /// from newer ones) and sessions unused for that long whose calls all ended (see
+    /// [`SessionStore::purge`](agentry_store::SessionStore::purge)). At the start, then every
+    /// quarter of `retain` (at most every hour).
+    pub fn retain(mut self, retain: std::time::Duration) -> Self {
+        self.retain = Some(retain);
+        self
     }
 
     /// Without a token, also answer requests addressed to `host` (a name, or `name:port`), as
@@ -203,6 +215,9 @@ impl Server {
         if state.is_clustered() {
             cluster::start_sweeping(&state);
             control::start_serving(&state);
+        }
+        if let Some(retain) = self.retain {
+            retention::start(&state, retain);
         }
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {

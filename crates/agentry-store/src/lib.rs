@@ -78,7 +78,7 @@ pub use sqlite::{
     KnowledgeBaseInfo, MemoryState, NewChunk, NewMemory, SCHEMA_VERSION, SqliteOptions, SqliteStore,
     StoredChunk, Synchronous,
 };
-pub use store::{EventNotice, Lease, SessionStore};
+pub use store::{EventNotice, Lease, Purged, SessionStore};
 pub use tool_groups::{TOOL_GROUPS_KEY, ToolGroupRecorder, restore_tool_groups, save_tool_groups};
 pub use transfer::{EXPORT_FORMAT, EXPORT_VERSION, SessionExport};
 pub use types::{

@@ -293,6 +293,14 @@ pub trait SessionStore: Send + Sync {
         Ok(())
     }
 
+    // ---- bounded growth ----
+
+    /// Deletes what is older than `before`: the events logged before it (a client can no
+    /// longer resume from them), and the sessions last written before it that nobody writes
+    /// and whose calls all ended, with everything of theirs. Long-term memories and knowledge
+    /// bases are the users', not the sessions': they stay.
+    async fn purge(&self, before: chrono::DateTime<chrono::Utc>) -> Result<Purged, StoreError>;
+
     // ---- several processes on one store ----
 
     /// Notices of events appended to sessions' logs by any process using this store (this one
@@ -345,6 +353,15 @@ pub trait SessionStore: Send + Sync {
         let _ = control;
         Ok(None)
     }
+}
+
+/// What [`SessionStore::purge`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Sessions, with their messages, calls, approvals, grants, usage and events.
+    pub sessions: u64,
+    /// Events of the sessions that stay.
+    pub events: u64,
 }
 
 /// What [`SessionStore::event_notices`] tells.

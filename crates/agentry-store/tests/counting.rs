@@ -167,6 +167,13 @@ impl SessionStore for Counting {
     async fn approvals(&self, id: &SessionId) -> Result<Vec<agentry_store::ApprovalRecord>, StoreError> {
         self.inner.approvals(id).await
     }
+    async fn purge(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<agentry_store::Purged, StoreError> {
+        self.write();
+        self.inner.purge(before).await
+    }
     async fn put_grant(&self, lease: &Lease, grant: &Grant) -> Result<(), StoreError> {
         self.write();
         self.inner.put_grant(lease, grant).await

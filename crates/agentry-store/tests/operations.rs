@@ -553,3 +553,87 @@ async fn tool_text_with_a_nul_character_is_kept_as_written(db: TestDb) {
     assert_eq!(store.messages(&session.id).await.unwrap(), [msg]);
 }
 conformance!(tool_text_with_a_nul_character_is_kept_as_written);
+
+/// `purge` deletes old events and the old sessions that nobody writes and whose calls all
+/// ended; a session being written, or with a call waiting for approval, stays.
+async fn purge_deletes_old_events_and_finished_sessions_only(db: TestDb) {
+    let store = db.open().await;
+    let (finished, lease) = leased(&store, "finished").await;
+    store.append_messages(&lease, &[Msg::user("hi")]).await.unwrap();
+    store
+        .append_events(vec![(
+            &lease,
+            vec![StoredEvent {
+                id: 1,
+                body: "{}".into(),
+            }],
+        )])
+        .await
+        .unwrap();
+    drop(lease);
+    let (waiting, lease) = leased(&store, "waiting").await;
+    store
+        .record_call(&lease, &CallRecord::new("q", "rm", json!({})))
+        .await
+        .unwrap();
+    store
+        .request_approval(&lease, &"q".into(), &ApprovalRequest::new("?"))
+        .await
+        .unwrap();
+    drop(lease);
+    let (written, lease) = leased(&store, "written").await;
+    store
+        .append_events(vec![(
+            &lease,
+            vec![StoredEvent {
+                id: 1,
+                body: "{}".into(),
+            }],
+        )])
+        .await
+        .unwrap();
+
+    // Nothing is older than an hour ago.
+    let none = store
+        .purge(chrono::Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert_eq!(none, agentry_store::Purged::default());
+    assert_eq!(store.sessions().await.unwrap().len(), 3);
+
+    // Everything is older than an hour from now: what may go, goes.
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    let purged = db
+        .once_released(|| {
+            let store = store.clone();
+            let finished = finished.clone();
+            async move {
+                let purged = store.purge(later).await?;
+                match store.session(&finished.id).await? {
+                    Some(_) => Err(StoreError::SessionBusy {
+                        session: finished.id.clone(),
+                        holder: None,
+                    }),
+                    None => Ok(purged),
+                }
+            }
+        })
+        .await
+        .unwrap();
+    assert!(purged.sessions >= 1, "{purged:?}");
+    assert!(store.session(&finished.id).await.unwrap().is_none());
+    assert!(
+        store.session(&waiting.id).await.unwrap().is_some(),
+        "a call waits in it"
+    );
+    assert!(
+        store.session(&written.id).await.unwrap().is_some(),
+        "it is being written"
+    );
+    assert!(
+        store.events_after(&written.id, 0, 10).await.unwrap().is_empty(),
+        "its old events went"
+    );
+    drop(lease);
+}
+conformance!(purge_deletes_old_events_and_finished_sessions_only);

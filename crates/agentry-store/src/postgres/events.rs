@@ -152,3 +152,30 @@ pub(super) async fn reserve_event_ids(
     .map_err(|e| ctx.err(e))?;
     commit(tx, ctx).await
 }
+
+/// Deletes what is older than `before` (see [`SessionStore::purge`](crate::SessionStore::purge)):
+/// sessions nobody writes whose calls all ended, then old events and controls.
+pub(super) async fn purge(
+    client: &Client,
+    ctx: &Ctx,
+    before: chrono::DateTime<chrono::Utc>,
+) -> Result<crate::Purged, StoreError> {
+    let sessions = client
+        .execute(
+            "DELETE FROM sessions s WHERE updated_at < $1
+               AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id)
+               AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.session_id = s.id AND NOT c.terminal)",
+            &[&before],
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let events = client
+        .execute("DELETE FROM session_events WHERE created_at < $1", &[&before])
+        .await
+        .map_err(|e| ctx.err(e))?;
+    client
+        .execute("DELETE FROM session_controls WHERE created_at < $1", &[&before])
+        .await
+        .map_err(|e| ctx.err(e))?;
+    Ok(crate::Purged { sessions, events })
+}

@@ -562,6 +562,11 @@ impl SessionStore for PostgresStore {
         ledger::usage(&client, &self.inner.ctx, id).await
     }
 
+    async fn purge(&self, before: chrono::DateTime<chrono::Utc>) -> Result<crate::Purged, StoreError> {
+        let client = self.client().await?;
+        events::purge(&client, &self.inner.ctx, before).await
+    }
+
     async fn append_events(&self, batches: Vec<(&Lease, Vec<StoredEvent>)>) -> Result<(), StoreError> {
         let batches = batches
             .into_iter()

@@ -155,8 +155,15 @@ CREATE TABLE approvals (
 );
 ";
 
+/// Version 4: when each event was logged, so that old events can be deleted (`--retain`).
+const V4: &str = "
+ALTER TABLE session_events ADD COLUMN created_at timestamptz NOT NULL DEFAULT now();
+CREATE INDEX session_events_time ON session_events (created_at);
+CREATE INDEX session_controls_time ON session_controls (created_at);
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes and reads.
 pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

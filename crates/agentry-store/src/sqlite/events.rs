@@ -13,6 +13,7 @@ pub(super) fn append_events(
     ctx: &Ctx,
     batches: &[(SessionId, Vec<StoredEvent>)],
 ) -> Result<(), StoreError> {
+    let now = super::rows::ts(chrono::Utc::now());
     let tx = write_tx(conn, ctx)?;
     {
         let mut exists = tx
@@ -20,7 +21,7 @@ pub(super) fn append_events(
             .map_err(|e| ctx.err(e))?;
         let mut insert = tx
             .prepare_cached(
-                "INSERT INTO session_events (session_id, event_id, body) VALUES (?1, ?2, ?3)
+                "INSERT INTO session_events (session_id, event_id, body, created_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (session_id, event_id) DO NOTHING",
             )
             .map_err(|e| ctx.err(e))?;
@@ -36,7 +37,7 @@ pub(super) fn append_events(
                     detail: format!("{} is too large", event.id),
                 })?;
                 insert
-                    .execute(params![id.as_str(), event_id, event.body])
+                    .execute(params![id.as_str(), event_id, event.body, now])
                     .map_err(|e| ctx.err(e))?;
             }
         }
@@ -107,4 +108,21 @@ pub(super) fn reserve_event_ids(
     )
     .map_err(|e| ctx.err(e))?;
     commit(tx, ctx)
+}
+
+/// Deletes the events logged before `before` (those from before schema 12, by their session's
+/// last write); returns how many.
+pub(super) fn purge_events(
+    tx: &rusqlite::Transaction<'_>,
+    ctx: &Ctx,
+    before: &str,
+) -> Result<u64, StoreError> {
+    let deleted = tx
+        .execute(
+            "DELETE FROM session_events WHERE created_at < ?1
+                OR (created_at IS NULL AND session_id IN (SELECT id FROM sessions WHERE updated_at < ?1))",
+            [before],
+        )
+        .map_err(|e| ctx.err(e))?;
+    Ok(deleted as u64)
 }

@@ -571,6 +571,42 @@ impl SessionStore for SqliteStore {
         self.run(move |conn, ctx| usage::usage(conn, ctx, &id)).await
     }
 
+    async fn purge(&self, before: chrono::DateTime<chrono::Utc>) -> Result<crate::Purged, StoreError> {
+        let store = self.clone();
+        self.run(move |conn, ctx| {
+            let before = rows::ts(before);
+            let finished: Vec<SessionId> = conn
+                .prepare(
+                    "SELECT id FROM sessions s WHERE updated_at < ?1
+                     AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.session_id = s.id AND c.terminal = 0)",
+                )
+                .and_then(|mut s| {
+                    s.query_map([&before], |row| row.get::<_, String>(0))?
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(|e| ctx.err(e))?
+                .into_iter()
+                .map(SessionId::new)
+                .collect();
+            let mut purged = crate::Purged::default();
+            for id in finished {
+                // Only a session nobody writes: its lease is taken while it goes.
+                let Ok(guard) = store.inner.leases.try_lock(&id) else {
+                    continue;
+                };
+                if sessions::delete_session(conn, ctx, &id)? {
+                    purged.sessions += 1;
+                }
+                guard.forget();
+            }
+            let tx = tx::write_tx(conn, ctx)?;
+            purged.events = events::purge_events(&tx, ctx, &before)?;
+            tx::commit(tx, ctx)?;
+            Ok(purged)
+        })
+        .await
+    }
+
     async fn append_events(&self, batches: Vec<(&Lease, Vec<StoredEvent>)>) -> Result<(), StoreError> {
         let batches = batches
             .into_iter()

@@ -277,6 +277,13 @@ CREATE TABLE approvals (
 ) STRICT, WITHOUT ROWID;
 ";
 
+/// Version 12: when each event was logged, so that old events can be deleted (`--retain`);
+/// NULL for the events of before, which go with their session's age.
+const V12: &str = "
+ALTER TABLE session_events ADD COLUMN created_at TEXT;
+CREATE INDEX session_events_time ON session_events (created_at);
+";
+
 /// One step of the schema: SQL, or Rust where the new rows are computed by the code.
 enum Migration {
     Sql(&'static str),
@@ -305,6 +312,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(V9),
     Migration::Sql(V10),
     Migration::Sql(V11),
+    Migration::Sql(V12),
 ];
 
 /// Makes a database at schema `version` on `conn`, for the migration tests.
