@@ -97,10 +97,11 @@ impl Events {
     }
 }
 
-/// Three nodes, one session: the client streams from node B while the replies run on A and
-/// then C; C is killed with `kill -9` in the middle of its reply, another node takes the
-/// session over (recovery closes the reply), and the next message is answered. The stream
-/// never shows an event twice or out of order, and every tool call has exactly one result.
+/// Three nodes, one session: the client streams from node B while the replies run on A, B and
+/// then C, numbered one after the other; C is killed with `kill -9` in the middle of its
+/// reply, another node takes the session over (recovery closes the reply), and the next
+/// message is answered. The stream never shows an event twice or out of order, and every tool
+/// call has exactly one result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_serve_one_session_and_a_killed_node_is_taken_over() {
     let Some(db) = database().await else { return };
@@ -108,6 +109,7 @@ async fn three_nodes_serve_one_session_and_a_killed_node_is_taken_over() {
     let home = home.path();
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("Hello from node A."));
+    fake.push(Reply::text("Hello from node B."));
     // Node C's reply stops in the middle of its stream, and C is killed there.
     fake.push(Reply::text("This answer never ends").hang_after(2));
     fake.push(Reply::text("Answered after the takeover."));
@@ -147,10 +149,19 @@ async fn three_nodes_serve_one_session_and_a_killed_node_is_taken_over() {
         stream.seen
     );
 
-    // The next message goes to another node: A gave the session back when its reply ended.
+    // The next message goes to another node: A gave the session back when its reply ended,
+    // and B numbers its events right after A's.
+    let (status, body) = message(&bases[1], "and you?").await;
+    assert_eq!(status, 202, "{body}");
+    let after_a = stream.seen.len();
+    stream.until("reply_finished", after_a).await;
+    let ids: Vec<u64> = stream.seen.iter().map(|(id, _)| *id).collect();
+    let one_after_another: Vec<u64> = (1..=ids.len() as u64).collect();
+    assert_eq!(ids, one_after_another, "an id is missing or repeated");
+
     let (status, body) = message(&bases[2], "and now?").await;
     assert_eq!(status, 202, "{body}");
-    fake.wait_for_requests(2).await;
+    fake.wait_for_requests(3).await;
     let before_kill = stream.seen.len();
     nodes[2].kill();
 
@@ -190,6 +201,7 @@ async fn three_nodes_serve_one_session_and_a_killed_node_is_taken_over() {
         ids.windows(2).all(|w| w[0] < w[1]),
         "ids out of order or twice: {ids:?}"
     );
+    // After a kill, the ids the dead node reserved are skipped (a client may have seen some).
 
     // The session as any node shows it: the interrupted reply is closed and said so.
     let shown: Value = client

@@ -83,10 +83,13 @@ pub(crate) async fn stream_from_store(
     Ok(futures::stream::unfold(follow, |mut follow| async move {
         let event = follow.next().await?;
         follow.sent = event.id;
-        let sse = Event::default()
-            .id(event.id.to_string())
-            .event("agent")
-            .data(event.body);
+        let mut sse = Event::default();
+        if let Some(at) = event.recorded_at {
+            // When the node running the reply recorded it, as a local stream says (see
+            // `events`): a client measures delivery across nodes with it.
+            sse = sse.comment(format!("at_us={}", at.timestamp_micros()));
+        }
+        let sse = sse.id(event.id.to_string()).event("agent").data(event.body);
         Some((Ok(sse), follow))
     }))
 }

@@ -153,7 +153,11 @@ impl AppState {
             .event_writer
             .get_or_init(|| EventWriter::start(Arc::clone(&self.store)))
             .clone();
-        let events = Arc::new(EventLog::durable(&memory, writer).await?);
+        let events = EventLog::durable(&memory, writer).await?;
+        let events = Arc::new(match self.is_clustered() {
+            true => events.final_only(),
+            false => events,
+        });
         let session = Arc::new(LiveSession {
             memory,
             agent,

@@ -293,6 +293,13 @@ pub trait SessionStore: Send + Sync {
         Ok(())
     }
 
+    /// Lowers the reserved mark to `last`, the last event id handed out, once every event up
+    /// to it is stored: the next writer of the session continues right after it, with no gap.
+    async fn settle_event_ids(&self, lease: &Lease, last: u64) -> Result<(), StoreError> {
+        let _ = (lease, last);
+        Ok(())
+    }
+
     // ---- bounded growth ----
 
     /// Deletes what is older than `before`: the events logged before it (a client can no

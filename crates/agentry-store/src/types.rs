@@ -338,4 +338,7 @@ pub struct StoredEvent {
     pub id: u64,
     /// The event as JSON (the protocol's `AgentEvent`).
     pub body: String,
+    /// When the server recorded it (`None`: unknown, for events kept before this was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_at: Option<DateTime<Utc>>,
 }

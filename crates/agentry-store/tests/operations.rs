@@ -391,6 +391,7 @@ fn event(id: u64) -> StoredEvent {
     StoredEvent {
         id,
         body: format!(r#"{{"type":"approval_withdrawn","reply_id":"r","call_id":"c{id}"}}"#),
+        recorded_at: None,
     }
 }
 
@@ -426,7 +427,11 @@ async fn the_event_log_keeps_events_in_order_and_the_reserved_ids_only_grow(db: 
         .map(|e| e.id)
         .collect();
     assert_eq!(after_one, [2, 3, 5]);
-    assert_eq!(store.events_after(&session.id, 2, 1).await.unwrap(), [event(3)]);
+    let page = store.events_after(&session.id, 2, 1).await.unwrap();
+    assert_eq!(
+        page.iter().map(|e| (e.id, e.body.clone())).collect::<Vec<_>>(),
+        [(3, event(3).body)]
+    );
     store.reserve_event_ids(&lease, 10).await.unwrap();
     assert_eq!(
         store.event_ids(&session.id).await.unwrap(),
@@ -566,6 +571,7 @@ async fn purge_deletes_old_events_and_finished_sessions_only(db: TestDb) {
             vec![StoredEvent {
                 id: 1,
                 body: "{}".into(),
+                recorded_at: None,
             }],
         )])
         .await
@@ -588,6 +594,7 @@ async fn purge_deletes_old_events_and_finished_sessions_only(db: TestDb) {
             vec![StoredEvent {
                 id: 1,
                 body: "{}".into(),
+                recorded_at: None,
             }],
         )])
         .await
@@ -637,3 +644,42 @@ async fn purge_deletes_old_events_and_finished_sessions_only(db: TestDb) {
     drop(lease);
 }
 conformance!(purge_deletes_old_events_and_finished_sessions_only);
+
+/// An event keeps the time the server recorded it (a client on another node measures its
+/// delivery with it).
+async fn an_event_keeps_when_it_was_recorded(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let at = chrono::DateTime::from_timestamp_micros(1_790_000_000_123_456).unwrap();
+    let mut recorded = event(1);
+    recorded.recorded_at = Some(at);
+    store
+        .append_events(vec![(&lease, vec![recorded, event(2)])])
+        .await
+        .unwrap();
+    let kept = store.events_after(&session.id, 0, 10).await.unwrap();
+    assert_eq!(kept[0].recorded_at, Some(at));
+    assert!(kept[1].recorded_at.is_some(), "unknown: the time it was kept");
+}
+conformance!(an_event_keeps_when_it_was_recorded);
+
+/// A writer that stored every event it handed out gives its reserved ids back: the next one
+/// continues right after the last, never below a stored event.
+async fn settled_event_ids_continue_after_the_last_stored(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    store.reserve_event_ids(&lease, 1024).await.unwrap();
+    store
+        .append_events(vec![(&lease, vec![event(1), event(2)])])
+        .await
+        .unwrap();
+    store.settle_event_ids(&lease, 2).await.unwrap();
+    assert_eq!(store.event_ids(&session.id).await.unwrap(), (2, 2));
+    store.settle_event_ids(&lease, 1).await.unwrap();
+    assert_eq!(
+        store.event_ids(&session.id).await.unwrap(),
+        (2, 2),
+        "not below a stored event"
+    );
+}
+conformance!(settled_event_ids_continue_after_the_last_stored);

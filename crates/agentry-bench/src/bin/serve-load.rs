@@ -3,19 +3,23 @@
 //!
 //! ```text
 //! serve-load --agentry PATH --mock-url URL [--sessions N] [--replies R] [--mock-pid PID]
+//!            [--db postgres://… --nodes K]
 //! ```
 //!
-//! It starts `agentry serve` on a fresh SQLite file, creates N sessions, opens one
-//! server-sent-events client per session, and has every session run R replies one after the
-//! other, all sessions at once. It prints one `RESULT {json}` line:
+//! It starts `agentry serve` on a fresh SQLite file (or `--nodes K` servers on the PostgreSQL
+//! database `--db`, which should be empty), creates N sessions, opens one server-sent-events
+//! client per session, and has every session run R replies one after the other, all sessions at
+//! once. With several nodes, session `i` is created on and sent its messages to node `i % K`,
+//! and its client streams from node `(i + 1) % K`: every event crosses nodes through the
+//! database. It prints one `RESULT {json}` line:
 //!
 //! - `events_lost`: gaps in a client's event ids, plus streams told to resume (0 expected);
 //! - `delivery_ms_p50` / `p99`: from the moment the server recorded an event (the `at_us`
 //!   comment it sends before each event) to its arrival at the client, over every event;
-//! - `server_cpu_ms_per_step`: the server's CPU (utime + stime) over the model calls made (one
-//!   per final assistant message); `mock_cpu_ms_per_step` the same for the mock when
+//! - `server_cpu_ms_per_step`: the servers' CPU (utime + stime, all nodes) over the model calls
+//!   made (one per final assistant message); `mock_cpu_ms_per_step` the same for the mock when
 //!   `--mock-pid` is given;
-//! - `server_peak_rss_mb` and `rss_kb_per_session` (the server's peak over N).
+//! - `server_peak_rss_mb` and `rss_kb_per_session` (the nodes' peaks summed, over N).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -34,6 +38,8 @@ struct Args {
     sessions: usize,
     replies: usize,
     mock_pid: Option<String>,
+    db: Option<String>,
+    nodes: usize,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -43,6 +49,8 @@ fn args() -> anyhow::Result<Args> {
         sessions: 1000,
         replies: 2,
         mock_pid: None,
+        db: None,
+        nodes: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -53,11 +61,16 @@ fn args() -> anyhow::Result<Args> {
             "--sessions" => args.sessions = value()?.parse()?,
             "--replies" => args.replies = value()?.parse()?,
             "--mock-pid" => args.mock_pid = Some(value()?),
+            "--db" => args.db = Some(value()?),
+            "--nodes" => args.nodes = value()?.parse::<usize>()?.max(1),
             other => bail!("unknown option {other}"),
         }
     }
     if args.mock_url.is_empty() {
         bail!("--mock-url URL (the mock's /v1) is required");
+    }
+    if args.nodes > 1 && !args.db.as_deref().is_some_and(|db| db.starts_with("postgres")) {
+        bail!("--nodes needs a PostgreSQL --db");
     }
     Ok(args)
 }
@@ -171,42 +184,22 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = std::env::temp_dir().join(format!("serve-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let mut server = Command::new(&args.agentry)
-        .args([
-            "serve",
-            "--base-url",
-            &args.mock_url,
-            "--model",
-            "mock",
-            "--no-mcp",
-            "--max-retries",
-            "0",
-            "--max-iters",
-            "20",
-            "--addr",
-            "127.0.0.1:0",
-            "--db",
-        ])
-        .arg(dir.join("load.db"))
-        .env("AGENTRY_LOG", "error")
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start {}", args.agentry))?;
-    let pid = server.id().to_string();
-    let stderr = server.stderr.take().context("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let base = loop {
-        let line = lines.next().context("agentry serve ended before it listened")??;
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().context("no address")?.to_owned();
-        }
+    let db = match &args.db {
+        Some(db) => db.clone(),
+        None => dir.join("load.db").display().to_string(),
     };
-    std::thread::spawn(move || for _ in lines {});
+    let mut nodes = Vec::new();
+    for _ in 0..args.nodes {
+        nodes.push(start_node(&args, &db)?);
+    }
+    let pids: Vec<String> = nodes.iter().map(|(server, _)| server.id().to_string()).collect();
+    let bases: Vec<String> = nodes.iter().map(|(_, base)| base.clone()).collect();
 
     let client = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
     let tally = Arc::new(Tally::default());
     let mut ids = Vec::with_capacity(args.sessions);
     for n in 0..args.sessions {
+        let base = &bases[n % bases.len()];
         let created: Value = serde_json::from_str(
             &client
                 .post(format!("{base}/v1/sessions"))
@@ -220,7 +213,8 @@ async fn main() -> anyhow::Result<()> {
         ids.push(created["id"].as_str().context("no session id")?.to_owned());
     }
     let mut waits = Vec::new();
-    for id in &ids {
+    for (n, id) in ids.iter().enumerate() {
+        let base = &bases[(n + 1) % bases.len()];
         let response = client
             .get(format!("{base}/v1/sessions/{id}/events"))
             .send()
@@ -230,13 +224,18 @@ async fn main() -> anyhow::Result<()> {
         waits.push(done_rx);
     }
 
-    let cpu0 = cpu_s(&pid).context("cannot read the server's CPU time")?;
+    let servers_cpu = || -> anyhow::Result<f64> {
+        pids.iter()
+            .map(|pid| cpu_s(pid).context("cannot read a server's CPU time"))
+            .sum()
+    };
+    let cpu0 = servers_cpu()?;
     let mock0 = args.mock_pid.as_deref().and_then(cpu_s);
     let started = Instant::now();
     let mut runs = Vec::new();
-    for (id, mut done) in ids.iter().cloned().zip(waits) {
+    for (n, (id, mut done)) in ids.iter().cloned().zip(waits).enumerate() {
         let client = client.clone();
-        let base = base.clone();
+        let base = bases[n % bases.len()].clone();
         let replies = args.replies;
         runs.push(tokio::spawn(async move {
             for r in 0..replies {
@@ -261,20 +260,25 @@ async fn main() -> anyhow::Result<()> {
         run.await??;
     }
     let wall = started.elapsed().as_secs_f64();
-    let cpu = cpu_s(&pid).context("cannot read the server's CPU time")? - cpu0;
+    let cpu = servers_cpu()? - cpu0;
     let mock = match (args.mock_pid.as_deref().and_then(cpu_s), mock0) {
         (Some(after), Some(before)) => Some(after - before),
         _ => None,
     };
-    let rss_kb = peak_rss_kb(&pid).unwrap_or(0.0);
-    let _ = Command::new("kill").args(["-TERM", &pid]).status();
-    let _ = server.wait();
+    let rss_kb: f64 = pids.iter().map(|pid| peak_rss_kb(pid).unwrap_or(0.0)).sum();
+    for (mut server, _) in nodes {
+        let _ = Command::new("kill")
+            .args(["-TERM", &server.id().to_string()])
+            .status();
+        let _ = server.wait();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 
     let steps = tally.steps.load(Ordering::Relaxed).max(1) as f64;
     let mut delivery = tally.delivery_ms.lock().await.clone();
     delivery.sort_by(f64::total_cmp);
     let result = json!({
+        "nodes": args.nodes,
         "sessions": args.sessions,
         "replies_per_session": args.replies,
         "steps": steps,
@@ -289,4 +293,39 @@ async fn main() -> anyhow::Result<()> {
     });
     println!("RESULT {result}");
     Ok(())
+}
+
+/// Starts one `agentry serve` on `db`; the process and the base URL it listens on.
+fn start_node(args: &Args, db: &str) -> anyhow::Result<(std::process::Child, String)> {
+    let mut server = Command::new(&args.agentry)
+        .args([
+            "serve",
+            "--base-url",
+            &args.mock_url,
+            "--model",
+            "mock",
+            "--no-mcp",
+            "--max-retries",
+            "0",
+            "--max-iters",
+            "20",
+            "--addr",
+            "127.0.0.1:0",
+            "--db",
+            db,
+        ])
+        .env("AGENTRY_LOG", "error")
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", args.agentry))?;
+    let stderr = server.stderr.take().context("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let base = loop {
+        let line = lines.next().context("agentry serve ended before it listened")??;
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().context("no address")?.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Ok((server, base))
 }

@@ -147,6 +147,17 @@ impl DurableLog {
         Ok(())
     }
 
+    /// Gives back the reserved ids above `last`, every id up to it being written.
+    pub(super) async fn settle(&self, last: u64) -> Result<(), StoreError> {
+        let mut reserved = self.reserved.lock().await;
+        let Some(memory) = self.memory.upgrade() else {
+            return Ok(());
+        };
+        memory.store().settle_event_ids(memory.lease(), last).await?;
+        *reserved = last;
+        Ok(())
+    }
+
     /// Queues `event` for the store.
     pub(super) fn keep(&self, event: StoredEvent) {
         // The writer ends only when nothing can send to it any more.

@@ -47,6 +47,9 @@ pub struct EventLog {
     durable: Option<DurableLog>,
     /// One push at a time, so that ids are reserved in the store in the order they are given.
     pushing: tokio::sync::Mutex<()>,
+    /// Only the events the store keeps are numbered (a message's streamed states are not): for
+    /// a server whose clients stream from the store (several nodes).
+    final_only: bool,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +87,7 @@ impl EventLog {
             live: broadcast::channel(LIVE_BUFFER).0,
             durable,
             pushing: tokio::sync::Mutex::new(()),
+            final_only: false,
         }
     }
 
@@ -94,8 +98,18 @@ impl EventLog {
         Ok(EventLog::starting_at(next_id, Some(durable)))
     }
 
+    /// This log with only the events the store keeps numbered (see [`EventLog::durable`]): the
+    /// ids a client of the store's log sees then follow each other.
+    pub fn final_only(mut self) -> Self {
+        self.final_only = true;
+        self
+    }
+
     /// Numbers `event`, keeps it and sends it to the live clients.
     pub async fn push(&self, event: &AgentEvent) {
+        if self.final_only && matches!(event, AgentEvent::Message { last: false, .. }) {
+            return;
+        }
         let json: Arc<str> = match serde_json::to_string(event) {
             Ok(json) => json.into(),
             Err(e) => {
@@ -128,6 +142,7 @@ impl EventLog {
             durable.keep(StoredEvent {
                 id: numbered.id,
                 body: numbered.json.to_string(),
+                recorded_at: chrono::DateTime::from_timestamp_micros(numbered.at_us as i64),
             });
         }
         // Under the lock, so that a client subscribing sees each event once: in the backlog
@@ -140,6 +155,13 @@ impl EventLog {
     pub async fn close(&self) {
         if let Some(durable) = &self.durable {
             durable.flush().await;
+            // Every id handed out is kept now (when only kept events are numbered): the next
+            // writer of the session may continue right after the last.
+            if self.final_only
+                && let Err(e) = durable.settle(self.last_id()).await
+            {
+                tracing::debug!(error = %e, "the reserved event ids stay reserved");
+            }
         }
         let mut backlog = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         backlog.closed = true;

@@ -27,8 +27,9 @@ pub(super) async fn append_events(
         .map_err(|e| ctx.err(e))?;
     let insert = tx
         .prepare_cached(
-            "INSERT INTO session_events (session_id, event_id, body)
-             SELECT $1, unnest($2::bigint[]), unnest($3::text[])
+            "INSERT INTO session_events (session_id, event_id, body, created_at)
+             SELECT $1, e.id, e.body, coalesce(e.at, now())
+             FROM unnest($2::bigint[], $3::text[], $4::timestamptz[]) AS e(id, body, at)
              ON CONFLICT (session_id, event_id) DO NOTHING",
         )
         .await
@@ -64,7 +65,9 @@ pub(super) async fn append_events(
             })
             .collect::<Result<Vec<i64>, _>>()?;
         let bodies: Vec<&str> = events.iter().map(|e| e.body.as_str()).collect();
-        tx.execute(&insert, &[&id.as_str(), &ids, &bodies])
+        let times: Vec<Option<chrono::DateTime<chrono::Utc>>> =
+            events.iter().map(|e| e.recorded_at).collect();
+        tx.execute(&insert, &[&id.as_str(), &ids, &bodies, &times])
             .await
             .map_err(|e| ctx.err(e))?;
         // Delivered at the commit, to every process listening (see `notices`).
@@ -87,9 +90,9 @@ pub(super) async fn events_after(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let statement = client
         .prepare_cached(
-            "SELECT e.event_id, e.body FROM sessions s
+            "SELECT e.event_id, e.body, e.created_at FROM sessions s
              LEFT JOIN LATERAL (
-                 SELECT event_id, body FROM session_events
+                 SELECT event_id, body, created_at FROM session_events
                  WHERE session_id = s.id AND event_id > $2 ORDER BY event_id LIMIT $3
              ) e ON true
              WHERE s.id = $1 ORDER BY e.event_id",
@@ -109,6 +112,7 @@ pub(super) async fn events_after(
             Some(StoredEvent {
                 id: u64::try_from(event_id?).unwrap_or(0),
                 body: body?,
+                recorded_at: row.get(2),
             })
         })
         .collect())
@@ -178,4 +182,26 @@ pub(super) async fn purge(
         .await
         .map_err(|e| ctx.err(e))?;
     Ok(crate::Purged { sessions, events })
+}
+
+/// Lowers the reserved mark to `last` (not below the last stored event).
+pub(super) async fn settle_event_ids(
+    client: &mut Object,
+    inner: &Inner,
+    id: &SessionId,
+    token: i64,
+    last: u64,
+) -> Result<(), StoreError> {
+    let ctx = &inner.ctx;
+    let last = i64::try_from(last).unwrap_or(i64::MAX);
+    let tx = super::tx::write_tx(client, inner, id, token).await?;
+    tx.execute(
+        "UPDATE sessions SET event_ids_reserved = greatest($2,
+             (SELECT coalesce(max(event_id), 0) FROM session_events WHERE session_id = $1))
+         WHERE id = $1",
+        &[&id.as_str(), &last],
+    )
+    .await
+    .map_err(|e| ctx.err(e))?;
+    commit(tx, ctx).await
 }

@@ -597,6 +597,12 @@ impl SessionStore for PostgresStore {
         events::reserve_event_ids(&mut client, &self.inner, &id, token, up_to).await
     }
 
+    async fn settle_event_ids(&self, lease: &Lease, last: u64) -> Result<(), StoreError> {
+        let (id, token) = self.leased(lease)?;
+        let mut client = self.client().await?;
+        events::settle_event_ids(&mut client, &self.inner, &id, token, last).await
+    }
+
     fn event_notices(&self) -> Option<tokio::sync::broadcast::Receiver<crate::EventNotice>> {
         Some(notices::subscribe(&self.inner))
     }

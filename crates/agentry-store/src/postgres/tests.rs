@@ -98,6 +98,7 @@ async fn a_node_is_told_of_events_appended_by_another() {
     let event = crate::StoredEvent {
         id: 1,
         body: "{}".into(),
+        recorded_at: None,
     };
     a.append_events(vec![(&lease, vec![event])]).await.unwrap();
     let notice = tokio::time::timeout(Duration::from_secs(10), notices.recv()).await;

@@ -36,8 +36,14 @@ pub(super) fn append_events(
                     what: "event id",
                     detail: format!("{} is too large", event.id),
                 })?;
+                let at = event.recorded_at.map(super::rows::ts);
                 insert
-                    .execute(params![id.as_str(), event_id, event.body, now])
+                    .execute(params![
+                        id.as_str(),
+                        event_id,
+                        event.body,
+                        at.as_deref().unwrap_or(&now)
+                    ])
                     .map_err(|e| ctx.err(e))?;
             }
         }
@@ -59,7 +65,7 @@ pub(super) fn events_after(
     let events = {
         let mut select = tx
             .prepare_cached(
-                "SELECT event_id, body FROM session_events WHERE session_id = ?1 AND event_id > ?2
+                "SELECT event_id, body, created_at FROM session_events WHERE session_id = ?1 AND event_id > ?2
                  ORDER BY event_id LIMIT ?3",
             )
             .map_err(|e| ctx.err(e))?;
@@ -68,6 +74,9 @@ pub(super) fn events_after(
                 Ok(StoredEvent {
                     id: u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
                     body: row.get(1)?,
+                    recorded_at: row
+                        .get::<_, Option<String>>(2)?
+                        .and_then(|t| super::rows::parse_ts("event time", &t).ok()),
                 })
             })
             .map_err(|e| ctx.err(e))?;
@@ -125,4 +134,23 @@ pub(super) fn purge_events(
         )
         .map_err(|e| ctx.err(e))?;
     Ok(deleted as u64)
+}
+
+/// Lowers the reserved mark to `last` (not below the last stored event).
+pub(super) fn settle_event_ids(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+    last: u64,
+) -> Result<(), StoreError> {
+    let last = i64::try_from(last).unwrap_or(i64::MAX);
+    let tx = write_tx(conn, ctx)?;
+    tx.execute(
+        "UPDATE sessions SET event_ids_reserved = max(?2,
+             (SELECT coalesce(max(event_id), 0) FROM session_events WHERE session_id = ?1))
+         WHERE id = ?1",
+        params![id.as_str(), last],
+    )
+    .map_err(|e| ctx.err(e))?;
+    commit(tx, ctx)
 }

@@ -637,6 +637,12 @@ impl SessionStore for SqliteStore {
         self.run(move |conn, ctx| events::reserve_event_ids(conn, ctx, &id, up_to))
             .await
     }
+
+    async fn settle_event_ids(&self, lease: &Lease, last: u64) -> Result<(), StoreError> {
+        let id = self.leased(lease)?;
+        self.run(move |conn, ctx| events::settle_event_ids(conn, ctx, &id, last))
+            .await
+    }
 }
 
 #[cfg(test)]
