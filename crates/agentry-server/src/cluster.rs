@@ -9,14 +9,15 @@
 //!   second and takes their sessions over: recovery (spec Y4) closes what was left running,
 //!   and a reply waiting for approval asks again.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use agentry_store::{EventNotice, SessionId, StoreError, StoredEvent};
 use axum::response::sse::Event;
 use futures::Stream;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::error::ApiError;
 use crate::events::last_handed_out;
@@ -59,11 +60,11 @@ pub(crate) async fn stream_from_store(
     id: SessionId,
     after: u64,
 ) -> Result<impl Stream<Item = Result<Event, Infallible>> + Send + 'static, ApiError> {
-    // Subscribed before the first read: a notice sent meanwhile is not missed.
-    let notices = state
-        .notices
+    // Watched before the first read: a notice sent meanwhile is not missed.
+    let wakes = state
+        .watchers
         .as_ref()
-        .map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).resubscribe())
+        .map(|w| w.watch(&id))
         .ok_or_else(|| ApiError::internal("the store sends no notices"))?;
     let last = last_handed_out(state.store.event_ids(&id).await?);
     if after > last {
@@ -78,7 +79,7 @@ pub(crate) async fn stream_from_store(
         id,
         sent: after,
         page: Vec::new().into_iter(),
-        notices,
+        wakes,
     };
     Ok(futures::stream::unfold(follow, |mut follow| async move {
         let event = follow.next().await?;
@@ -101,7 +102,8 @@ struct Follow {
     id: SessionId,
     sent: u64,
     page: std::vec::IntoIter<StoredEvent>,
-    notices: broadcast::Receiver<EventNotice>,
+    /// Changes when the session's log may have new events.
+    wakes: watch::Receiver<u64>,
 }
 
 impl Follow {
@@ -113,6 +115,8 @@ impl Follow {
                 return Some(event);
             }
             let store = Arc::clone(&self.state.upgrade()?.store);
+            // Seen before the read: a wake from now on is for events the read may miss.
+            self.wakes.borrow_and_update();
             match store.events_after(&self.id, self.sent, PAGE).await {
                 Ok(page) if !page.is_empty() => {
                     self.page = page.into_iter();
@@ -127,17 +131,72 @@ impl Follow {
             }
             drop(store);
             // Nothing new: wait for a notice of this session's log (or of missed ones).
-            loop {
-                tokio::select! {
-                    _ = self.stopping.cancelled() => return None,
-                    notice = self.notices.recv() => match notice {
-                        Ok(EventNotice::Appended(id)) if id == self.id => break,
-                        Ok(EventNotice::Appended(_)) => {}
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    },
-                }
+            tokio::select! {
+                _ = self.stopping.cancelled() => return None,
+                changed = self.wakes.changed() => changed.ok()?,
             }
+        }
+    }
+}
+
+/// Each session's streams on this node, woken by the store's notices: one task reads the
+/// notices and wakes only the streams of the session they name.
+#[derive(Default)]
+pub(crate) struct Watchers {
+    sessions: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
+}
+
+impl Watchers {
+    /// Starts dispatching `notices` (within a Tokio runtime; without one, streams read the
+    /// log once and wait for nothing).
+    pub(crate) fn start(notices: broadcast::Receiver<EventNotice>) -> Arc<Watchers> {
+        let watchers = Arc::new(Watchers::default());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(dispatch(notices, Arc::downgrade(&watchers)));
+        }
+        watchers
+    }
+
+    /// A receiver that changes whenever session `id`'s log may have new events.
+    pub(crate) fn watch(&self, id: &SessionId) -> watch::Receiver<u64> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions
+            .entry(id.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    fn wake(&self, id: &SessionId) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = sessions.get(id) {
+            if sender.receiver_count() == 0 {
+                sessions.remove(id);
+            } else {
+                sender.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
+    }
+
+    fn wake_all(&self) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions.retain(|_, sender| sender.receiver_count() > 0);
+        for sender in sessions.values() {
+            sender.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+async fn dispatch(mut notices: broadcast::Receiver<EventNotice>, watchers: Weak<Watchers>) {
+    loop {
+        let notice = notices.recv().await;
+        let Some(watchers) = watchers.upgrade() else {
+            return;
+        };
+        match notice {
+            Ok(EventNotice::Appended(id)) => watchers.wake(&id),
+            Ok(EventNotice::Controls(_) | EventNotice::Answered(_)) => {}
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => watchers.wake_all(),
+            Err(broadcast::error::RecvError::Closed) => return,
         }
     }
 }

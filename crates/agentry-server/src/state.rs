@@ -115,12 +115,18 @@ pub struct AppState {
     /// the store's log, whichever node runs the reply, and a session is loaded only while a
     /// reply runs (see [`crate::cluster`]).
     pub notices: Option<std::sync::Mutex<tokio::sync::broadcast::Receiver<agentry_store::EventNotice>>>,
+    /// The event streams of this node, by session, woken by the notices.
+    pub(crate) watchers: Option<Arc<crate::cluster::Watchers>>,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn SessionStore>, factory: AgentFactory, toolkit: Toolkit) -> Self {
+        let notices = store.event_notices();
         AppState {
-            notices: store.event_notices().map(std::sync::Mutex::new),
+            watchers: notices
+                .as_ref()
+                .map(|n| crate::cluster::Watchers::start(n.resubscribe())),
+            notices: notices.map(std::sync::Mutex::new),
             store,
             factory,
             toolkit,

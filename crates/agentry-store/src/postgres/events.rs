@@ -8,74 +8,92 @@ use super::tx::{commit, found};
 use super::{Ctx, Inner};
 use crate::{SessionId, StoreError, StoredEvent};
 
-/// Appends each session's events, all in one transaction. A batch whose lease was taken over
-/// is refused (with the whole write), as any write with a stale token.
+/// Appends each session's events, all in one transaction of a few statements whatever the
+/// number of sessions (a busy server writes the events of a thousand sessions at once). A
+/// batch whose lease was taken over is refused (with the whole write), as any write with a
+/// stale token; the events of a session deleted meanwhile go with it.
 pub(super) async fn append_events(
     client: &mut Object,
     inner: &Inner,
     batches: &[((SessionId, i64), Vec<StoredEvent>)],
 ) -> Result<(), StoreError> {
     let ctx = &inner.ctx;
+    let (sessions, tokens): (Vec<&str>, Vec<i64>) = batches
+        .iter()
+        .map(|((id, token), _)| (id.as_str(), *token))
+        .unzip();
     let tx = client.transaction().await.map_err(|e| ctx.err(e))?;
-    let lease = tx
-        .prepare_cached("SELECT 1 FROM session_leases WHERE session_id = $1 AND token = $2 FOR SHARE")
+    let held = tx
+        .prepare_cached(
+            "SELECT session_id FROM session_leases
+             WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+             FOR SHARE",
+        )
         .await
         .map_err(|e| ctx.err(e))?;
-    let exists = tx
-        .prepare_cached("SELECT 1 FROM sessions WHERE id = $1")
+    let held: std::collections::HashSet<String> = tx
+        .query(&held, &[&sessions, &tokens])
         .await
-        .map_err(|e| ctx.err(e))?;
+        .map_err(|e| ctx.err(e))?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let unheld: Vec<&str> = sessions.iter().copied().filter(|s| !held.contains(*s)).collect();
+    if !unheld.is_empty() {
+        let alive = tx
+            .query("SELECT id FROM sessions WHERE id = ANY($1)", &[&unheld])
+            .await
+            .map_err(|e| ctx.err(e))?;
+        if let Some(row) = alive.first() {
+            return Err(StoreError::LeaseLost {
+                session: SessionId::new(row.get::<_, String>(0)),
+            });
+        }
+    }
+    let mut rows = EventRows::default();
+    for ((id, _), events) in batches.iter().filter(|((id, _), _)| held.contains(id.as_str())) {
+        for event in events {
+            rows.session.push(id.as_str());
+            rows.id
+                .push(i64::try_from(event.id).map_err(|_| StoreError::Encode {
+                    what: "event id",
+                    detail: format!("{} is too large", event.id),
+                })?);
+            rows.body.push(event.body.as_str());
+            rows.at.push(event.recorded_at);
+        }
+    }
     let insert = tx
         .prepare_cached(
             "INSERT INTO session_events (session_id, event_id, body, created_at)
-             SELECT $1, e.id, e.body, coalesce(e.at, now())
-             FROM unnest($2::bigint[], $3::text[], $4::timestamptz[]) AS e(id, body, at)
+             SELECT e.session, e.id, e.body, coalesce(e.at, now())
+             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::timestamptz[]) AS e(session, id, body, at)
              ON CONFLICT (session_id, event_id) DO NOTHING",
         )
         .await
         .map_err(|e| ctx.err(e))?;
-    let notify = tx
-        .prepare_cached("SELECT pg_notify($1, $2)")
+    tx.execute(&insert, &[&rows.session, &rows.id, &rows.body, &rows.at])
         .await
         .map_err(|e| ctx.err(e))?;
-    for ((id, token), events) in batches {
-        let held = tx
-            .query_opt(&lease, &[&id.as_str(), token])
-            .await
-            .map_err(|e| ctx.err(e))?;
-        if held.is_none() {
-            // A session deleted since its events were handed out: they go with it, and the
-            // other sessions' events are still written.
-            let alive = tx
-                .query_opt(&exists, &[&id.as_str()])
-                .await
-                .map_err(|e| ctx.err(e))?;
-            if alive.is_none() {
-                continue;
-            }
-            return Err(StoreError::LeaseLost { session: id.clone() });
-        }
-        let ids = events
-            .iter()
-            .map(|e| {
-                i64::try_from(e.id).map_err(|_| StoreError::Encode {
-                    what: "event id",
-                    detail: format!("{} is too large", e.id),
-                })
-            })
-            .collect::<Result<Vec<i64>, _>>()?;
-        let bodies: Vec<&str> = events.iter().map(|e| e.body.as_str()).collect();
-        let times: Vec<Option<chrono::DateTime<chrono::Utc>>> =
-            events.iter().map(|e| e.recorded_at).collect();
-        tx.execute(&insert, &[&id.as_str(), &ids, &bodies, &times])
-            .await
-            .map_err(|e| ctx.err(e))?;
-        // Delivered at the commit, to every process listening (see `notices`).
-        tx.execute(&notify, &[&super::notices::CHANNEL, &id.as_str()])
-            .await
-            .map_err(|e| ctx.err(e))?;
-    }
+    // Delivered at the commit, to every process listening (see `notices`).
+    let written: Vec<&str> = sessions.iter().copied().filter(|s| held.contains(*s)).collect();
+    let notify = tx
+        .prepare_cached("SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s")
+        .await
+        .map_err(|e| ctx.err(e))?;
+    tx.execute(&notify, &[&super::notices::CHANNEL, &written])
+        .await
+        .map_err(|e| ctx.err(e))?;
     commit(tx, ctx).await
+}
+
+/// The columns of the events one write inserts.
+#[derive(Default)]
+struct EventRows<'a> {
+    session: Vec<&'a str>,
+    id: Vec<i64>,
+    body: Vec<&'a str>,
+    at: Vec<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 /// The stored events after `after`, oldest first, at most `limit`.
