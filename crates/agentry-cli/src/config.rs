@@ -352,8 +352,19 @@ pub fn tool_shim(args: &ModelArgs, file: &ConfigFile) -> bool {
 }
 
 /// A duration as flags and the config file take it: seconds (`30`, `2.5`), or a number with
-/// a unit (`500ms`, `30s`, `2m`).
+/// a unit (`500ms`, `30s`, `2m`), at most a week.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    parse_span(text, false, 7.0 * 24.0 * 3600.0, "30, 2.5s, 500ms or 2m")
+}
+
+/// A retention: a number with a unit, `ms`, `s`, `m`, `h` or `d` (`30d`), at most 100 years.
+pub fn parse_retention(text: &str) -> Result<Duration, String> {
+    parse_span(text, true, 100.0 * 365.0 * 86_400.0, "30d, 12h or 90m")
+}
+
+/// A positive span of time of at most `max` seconds. A retention (`long`) needs a unit and may
+/// be in hours or days; otherwise a bare number is seconds.
+fn parse_span(text: &str, long: bool, max: f64, examples: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
         (n, 0.001)
@@ -361,16 +372,25 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         (n, 1.0)
     } else if let Some(n) = text.strip_suffix('m') {
         (n, 60.0)
+    } else if let Some(n) = text.strip_suffix('h').filter(|_| long) {
+        (n, 3_600.0)
+    } else if let Some(n) = text.strip_suffix('d').filter(|_| long) {
+        (n, 86_400.0)
+    } else if long {
+        return Err(format!("{text:?} needs a unit (try {examples})"));
     } else {
         (text, 1.0)
     };
     let value: f64 = number
         .trim()
         .parse()
-        .map_err(|_| format!("{text:?} is not a duration (try 30, 2.5s, 500ms or 2m)"))?;
+        .map_err(|_| format!("{text:?} is not a duration (try {examples})"))?;
     let seconds = value * scale;
-    if !seconds.is_finite() || seconds <= 0.0 || seconds > 7.0 * 24.0 * 3600.0 {
-        return Err(format!("{text:?} must be more than 0 and at most a week"));
+    if !seconds.is_finite() || seconds <= 0.0 || seconds > max {
+        return Err(match long {
+            true => format!("{text:?} must be more than 0 and at most 100 years"),
+            false => format!("{text:?} must be more than 0 and at most a week"),
+        });
     }
     Ok(Duration::from_secs_f64(seconds))
 }
@@ -750,6 +770,12 @@ mod tests {
         assert_eq!(parse_duration("2.5s"), Ok(Duration::from_millis(2500)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_retention("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_retention("12h"), Ok(Duration::from_secs(12 * 3_600)));
+        assert_eq!(parse_retention("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["30", "-1d", "soon", "200000d"] {
+            assert!(parse_retention(bad).is_err(), "{bad:?}");
+        }
         for bad in ["", "ms", "-1", "0", "nan", "1h", "inf"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }

@@ -496,7 +496,11 @@ async fn an_approval_reaching_a_node_that_lost_the_session_runs_nothing() {
     let Some(db) = TestDb::postgres(module_path!()) else {
         return;
     };
-    let stalled: Arc<dyn SessionStore> = Arc::new(db.open_stalled(Duration::from_millis(300)).await.unwrap());
+    let stalled: Arc<dyn SessionStore> = Arc::new(
+        db.open_postgres(|o| o.lease_ttl(Duration::from_millis(300)).renew_leases(false))
+            .await
+            .unwrap(),
+    );
     let memory = Arc::new(
         SessionMemory::open_or_create(stalled, "chat", &json!({}))
             .await

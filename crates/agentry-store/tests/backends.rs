@@ -100,37 +100,19 @@ impl TestDb {
         }
     }
 
-    /// A new PostgreSQL store on this database whose leases last `ttl` unless renewed;
-    /// `None` on SQLite, whose leases never expire.
+    /// A new PostgreSQL store on this database with `options` changed by `change` (the lease's
+    /// lifetime, its renewal); `None` on SQLite, whose leases never expire.
     #[cfg(feature = "postgres")]
-    pub async fn open_with_lease_ttl(&self, ttl: Duration) -> Option<agentry_store::PostgresStore> {
+    pub async fn open_postgres(
+        &self,
+        change: impl FnOnce(agentry_store::PostgresOptions) -> agentry_store::PostgresOptions,
+    ) -> Option<agentry_store::PostgresStore> {
         match &*self.backend {
             Backend::Sqlite { .. } => None,
             Backend::Postgres { url, schema } => Some(
-                agentry_store::PostgresStore::connect_with(
-                    agentry_store::PostgresOptions::new(url.as_str())
-                        .schema(schema.as_str())
-                        .lease_ttl(ttl),
-                )
-                .await
-                .unwrap(),
-            ),
-        }
-    }
-
-    /// A new PostgreSQL store on this database whose leases last `ttl` and are renewed only by
-    /// its writes, as a node that stalled; `None` on SQLite.
-    #[cfg(feature = "postgres")]
-    pub async fn open_stalled(&self, ttl: Duration) -> Option<agentry_store::PostgresStore> {
-        match &*self.backend {
-            Backend::Sqlite { .. } => None,
-            Backend::Postgres { url, schema } => Some(
-                agentry_store::PostgresStore::connect_with(
-                    agentry_store::PostgresOptions::new(url.as_str())
-                        .schema(schema.as_str())
-                        .lease_ttl(ttl)
-                        .renew_leases(false),
-                )
+                agentry_store::PostgresStore::connect_with(change(
+                    agentry_store::PostgresOptions::new(url.as_str()).schema(schema.as_str()),
+                ))
                 .await
                 .unwrap(),
             ),

@@ -117,7 +117,7 @@ async fn a_lease_is_renewed_while_its_holder_lives_and_taken_over_once_it_died()
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                let store = db.open_with_lease_ttl(ttl).await.unwrap();
+                let store = db.open_postgres(|o| o.lease_ttl(ttl)).await.unwrap();
                 let session = store.create_session("s", &json!({})).await.unwrap();
                 let lease = store.acquire(&session.id).await.unwrap();
                 handed.send((store, session.id, lease)).unwrap();

@@ -42,35 +42,8 @@ pub struct ServeArgs {
     pub allowed_origins: Vec<String>,
     /// Delete events older than this, and sessions unused for this long whose calls all ended
     /// (long-term memories stay): `30d`, `12h`, `90m`, `45s` [default: keep everything]
-    #[arg(long, value_name = "DURATION", value_parser = parse_retention)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::config::parse_retention)]
     pub retain: Option<std::time::Duration>,
-}
-
-/// A retention: a number with a unit, `ms`, `s`, `m`, `h` or `d`.
-fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let (number, seconds) = if let Some(n) = text.strip_suffix('d') {
-        (n, 86_400.0)
-    } else if let Some(n) = text.strip_suffix('h') {
-        (n, 3_600.0)
-    } else if let Some(n) = text.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        return Err(format!("{text:?} needs a unit: 30d, 12h, 90m, 45s or 500ms"));
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (try 30d, 12h or 90m)"))?;
-    let total = value * seconds;
-    if !total.is_finite() || total <= 0.0 || total > 100.0 * 365.0 * 86_400.0 {
-        return Err(format!("{text:?} must be more than 0 and at most 100 years"));
-    }
-    Ok(std::time::Duration::from_secs_f64(total))
 }
 
 fn security(args: &ServeArgs) -> anyhow::Result<Security> {
@@ -155,21 +128,4 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
     let served = server.serve(listener, security, stop_signal()).await;
     mcp.close().await;
     Ok(served?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_retention;
-    use std::time::Duration;
-
-    #[test]
-    fn a_retention_has_a_unit() {
-        assert_eq!(parse_retention("30d"), Ok(Duration::from_secs(30 * 86_400)));
-        assert_eq!(parse_retention("12h"), Ok(Duration::from_secs(12 * 3_600)));
-        assert_eq!(parse_retention("90m"), Ok(Duration::from_secs(90 * 60)));
-        assert_eq!(parse_retention("500ms"), Ok(Duration::from_millis(500)));
-        assert!(parse_retention("30").is_err());
-        assert!(parse_retention("-1d").is_err());
-        assert!(parse_retention("soon").is_err());
-    }
 }
