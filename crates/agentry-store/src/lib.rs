@@ -5,8 +5,10 @@
 //! double Ctrl-C loses nothing that was acknowledged.
 //!
 //! - [`SessionStore`] is what a store provides; [`SqliteStore`] is the default (one SQLite file
-//!   under the user's data directory, WAL, a versioned schema). A Postgres store can implement
-//!   the same trait.
+//!   under the user's data directory, WAL, a versioned schema). `PostgresStore` (cargo feature
+//!   `postgres`) is the store several `agentry serve` nodes share: leases with an expiry and a
+//!   fencing token, event notices through `LISTEN/NOTIFY`, controls sent between nodes. One
+//!   conformance suite runs every store test on both.
 //! - [`SessionMemory`] is an agent [`Memory`](agentry::memory::Memory) on one session of a
 //!   store: give it to `ReActAgent::builder().memory(...)` and the loop does not care where its
 //!   memory lives. Every change is committed before it returns (write-ahead).
