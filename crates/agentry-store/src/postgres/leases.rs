@@ -213,17 +213,21 @@ pub(super) fn start_renewing(inner: &Arc<Inner>) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A connection of its own: a busy pool (a thousand replies writing) never holds up
+        // the renewal until the leases expire under their live holder.
+        let mut connection: Option<tokio_postgres::Client> = None;
         loop {
             ticks.tick().await;
             let Some(inner) = weak.upgrade() else { return };
-            if let Err(e) = renew(&inner).await {
+            if let Err(e) = renew(&inner, &mut connection).await {
+                connection = None;
                 tracing::warn!(error = %e, "could not renew the session leases");
             }
         }
     });
 }
 
-async fn renew(inner: &Inner) -> Result<(), StoreError> {
+async fn renew(inner: &Inner, connection: &mut Option<tokio_postgres::Client>) -> Result<(), StoreError> {
     let (ids, tokens): (Vec<String>, Vec<i64>) = {
         let held = inner.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.iter().map(|(id, token)| (id.to_string(), *token)).unzip()
@@ -232,7 +236,22 @@ async fn renew(inner: &Inner) -> Result<(), StoreError> {
         return Ok(());
     }
     let ctx = &inner.ctx;
-    let client = inner.pool.get().await.map_err(|e| ctx.pool_err(e))?;
+    let client = match connection {
+        Some(client) if !client.is_closed() => client,
+        _ => {
+            let (client, driver) = inner
+                .config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|e| ctx.err(e))?;
+            tokio::spawn(async move {
+                if let Err(e) = driver.await {
+                    tracing::debug!(error = %e, "the lease renewal connection ended");
+                }
+            });
+            connection.insert(client)
+        }
+    };
     let renewed = client
         .execute(
             "UPDATE session_leases l SET expires_at = now() + $3 * interval '1 millisecond'
