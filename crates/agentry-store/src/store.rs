@@ -264,8 +264,9 @@ pub trait SessionStore: Send + Sync {
 
     /// Appends events a server handed out, for one or more sessions, in one write (ids
     /// increasing per session; an id already stored is skipped, and so are the events of a
-    /// session deleted meanwhile). The default keeps nothing: a store without an event log
-    /// only lets clients resume within one process.
+    /// session deleted meanwhile, or taken over by another process: the other sessions' are
+    /// written). The default keeps nothing: a store without an event log only lets clients
+    /// resume within one process.
     async fn append_events(&self, batches: Vec<(&Lease, Vec<StoredEvent>)>) -> Result<(), StoreError> {
         let _ = batches;
         Ok(())

@@ -73,6 +73,21 @@ async fn an_expired_lease_is_taken_by_one_node_and_the_old_holder_is_refused() {
         loser.acquire(&session.id).await,
         Err(StoreError::SessionBusy { .. })
     ));
+    // Its events of the session it lost are not kept; those of a session it still holds, in
+    // the same write, are.
+    let other = stalled.create_session("t", &serde_json::json!({})).await.unwrap();
+    let held = stalled.acquire(&other.id).await.unwrap();
+    let event = |id| crate::StoredEvent {
+        id,
+        body: "{}".into(),
+        recorded_at: None,
+    };
+    stalled
+        .append_events(vec![(&old, vec![event(7)]), (&held, vec![event(1)])])
+        .await
+        .unwrap();
+    assert!(winner.events_after(&session.id, 0, 10).await.unwrap().is_empty());
+    assert_eq!(winner.events_after(&other.id, 0, 10).await.unwrap().len(), 1);
     winner.append_messages(&new, &[Msg::user("three")]).await.unwrap();
     let texts: Vec<String> = winner
         .messages(&session.id)
