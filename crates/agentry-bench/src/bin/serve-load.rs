@@ -314,7 +314,10 @@ fn start_node(args: &Args, db: &str) -> anyhow::Result<(std::process::Child, Str
             "--db",
             db,
         ])
-        .env("AGENTRY_LOG", "error")
+        .env(
+            "AGENTRY_LOG",
+            std::env::var("AGENTRY_LOG").unwrap_or_else(|_| "error".into()),
+        )
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {}", args.agentry))?;
@@ -326,6 +329,11 @@ fn start_node(args: &Args, db: &str) -> anyhow::Result<(std::process::Child, Str
             break rest.split_whitespace().next().context("no address")?.to_owned();
         }
     };
-    std::thread::spawn(move || for _ in lines {});
+    // What the node logs (AGENTRY_LOG, errors only by default) goes to our stderr.
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("node: {line}");
+        }
+    });
     Ok((server, base))
 }

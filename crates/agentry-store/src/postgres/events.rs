@@ -23,11 +23,13 @@ pub(super) async fn append_events(
         .map(|((id, token), _)| (id.as_str(), *token))
         .unzip();
     let tx = client.transaction().await.map_err(|e| ctx.err(e))?;
+    // Locked in the order of their ids, as the renewal locks them: two writes of many leases
+    // never wait for each other in a circle.
     let held = tx
         .prepare_cached(
             "SELECT session_id FROM session_leases
              WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-             FOR SHARE",
+             ORDER BY session_id FOR SHARE",
         )
         .await
         .map_err(|e| ctx.err(e))?;

@@ -252,11 +252,17 @@ async fn renew(inner: &Inner, connection: &mut Option<tokio_postgres::Client>) -
             connection.insert(client)
         }
     };
+    // The rows are locked in the order of their ids, as a write of many sessions' events
+    // locks them, so the two never deadlock.
     let renewed = client
         .execute(
             "UPDATE session_leases l SET expires_at = now() + $3 * interval '1 millisecond'
-             FROM unnest($1::text[], $2::bigint[]) AS h(session_id, token)
-             WHERE l.session_id = h.session_id AND l.token = h.token",
+             FROM (
+                 SELECT session_id FROM session_leases
+                 WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+                 ORDER BY session_id FOR UPDATE
+             ) AS h
+             WHERE l.session_id = h.session_id",
             &[&ids, &tokens, &ttl_ms(inner)],
         )
         .await
