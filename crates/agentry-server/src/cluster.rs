@@ -204,20 +204,7 @@ async fn dispatch(mut notices: broadcast::Receiver<EventNotice>, watchers: Weak<
 /// Takes over, every second, the sessions whose node died (their lease expired unreleased),
 /// until the server is gone or stops.
 pub(crate) fn start_sweeping(state: &Arc<AppState>) {
-    let weak = Arc::downgrade(state);
-    let stopping = state.stopping.clone();
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(SWEEP_EVERY);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stopping.cancelled() => return,
-                _ = ticks.tick() => {}
-            }
-            let Some(state) = weak.upgrade() else { return };
-            sweep(&state).await;
-        }
-    });
+    state.every(SWEEP_EVERY, |state| async move { sweep(&state).await });
 }
 
 /// One look for orphaned sessions.

@@ -121,9 +121,7 @@ async fn forward(state: &Arc<AppState>, id: &SessionId, control: Control) -> Res
         }
     }
     let mut notices = state
-        .notices
-        .as_ref()
-        .map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).resubscribe())
+        .notice_receiver()
         .ok_or_else(|| ApiError::internal("the store sends no notices"))?;
     let body = serde_json::to_string(&control).map_err(|e| ApiError::internal(e.to_string()))?;
     let sent = state.store.send_control(id, &body).await?;
@@ -211,11 +209,7 @@ pub(crate) async fn serve_controls(state: &AppState, id: &SessionId) {
 
 /// Serves the controls other nodes send to this node's sessions, until the server stops.
 pub(crate) fn start_serving(state: &Arc<AppState>) {
-    let Some(mut notices) = state
-        .notices
-        .as_ref()
-        .map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).resubscribe())
-    else {
+    let Some(mut notices) = state.notice_receiver() else {
         return;
     };
     let weak = Arc::downgrade(state);

@@ -10,30 +10,19 @@ const MAX_PERIOD: Duration = Duration::from_secs(3600);
 
 /// Purges at once, then every quarter of `retain` (at most hourly), until the server stops.
 pub(crate) fn start(state: &Arc<AppState>, retain: Duration) {
-    let weak = Arc::downgrade(state);
-    let stopping = state.stopping.clone();
+    let Ok(age) = chrono::Duration::from_std(retain) else {
+        return; // longer than anything stored
+    };
     let period = (retain / 4).clamp(Duration::from_millis(100), MAX_PERIOD);
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stopping.cancelled() => return,
-                _ = ticks.tick() => {}
-            }
-            let Some(state) = weak.upgrade() else { return };
-            let Ok(age) = chrono::Duration::from_std(retain) else {
-                return; // longer than anything stored
-            };
-            match state.store.purge(chrono::Utc::now() - age).await {
-                Ok(purged) if purged.sessions + purged.events > 0 => tracing::info!(
-                    sessions = purged.sessions,
-                    events = purged.events,
-                    "deleted what is older than the retention"
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not delete what is older than the retention"),
-            }
+    state.every(period, move |state| async move {
+        match state.store.purge(chrono::Utc::now() - age).await {
+            Ok(purged) if purged.sessions + purged.events > 0 => tracing::info!(
+                sessions = purged.sessions,
+                events = purged.events,
+                "deleted what is older than the retention"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not delete what is older than the retention"),
         }
     });
 }

@@ -182,6 +182,37 @@ impl AppState {
         Ok(session)
     }
 
+    /// Runs `job` at once, then every `period`, until the server stops or is gone.
+    pub(crate) fn every<F, Fut>(self: &Arc<Self>, period: std::time::Duration, job: F)
+    where
+        F: Fn(Arc<AppState>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let weak = Arc::downgrade(self);
+        let stopping = self.stopping.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stopping.cancelled() => return,
+                    _ = ticks.tick() => {}
+                }
+                let Some(state) = weak.upgrade() else { return };
+                job(state).await;
+            }
+        });
+    }
+
+    /// A receiver of the store's notices, on a store shared with other nodes.
+    pub(crate) fn notice_receiver(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<agentry_store::EventNotice>> {
+        self.notices
+            .as_ref()
+            .map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).resubscribe())
+    }
+
     /// Whether the store is shared with other nodes (see [`AppState::notices`]).
     pub fn is_clustered(&self) -> bool {
         self.notices.is_some()

@@ -86,13 +86,14 @@ pub fn arguments_digest(tool_name: &str, arguments: &Value) -> String {
 /// becomes queued, or, given its `start`, running from then; a declined one ends `Declined`
 /// without a start time (it entered the runtime, and a recorder may have noted that, but it
 /// never started). A decision added to the core later fails closed, as no decision does (A15).
+/// Returns the state its approval record takes: consumed by the start, approved, or declined.
 pub(crate) fn decide(
     call: &mut CallRecord,
     decision: &ApprovalDecision,
     source: DecisionSource,
     start: Option<&CallRecord>,
     now: DateTime<Utc>,
-) {
+) -> ApprovalState {
     call.status = match decision {
         ApprovalDecision::Approve | ApprovalDecision::ApproveForSession => match start {
             Some(start) => {
@@ -121,4 +122,9 @@ pub(crate) fn decide(
     };
     call.decision = Some(decision.clone());
     call.decision_source = Some(source);
+    match call.status {
+        CallStatus::Running => ApprovalState::Consumed,
+        CallStatus::Queued => ApprovalState::Approved,
+        _ => ApprovalState::Declined,
+    }
 }

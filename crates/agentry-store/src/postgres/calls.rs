@@ -306,12 +306,7 @@ pub(super) async fn resolve_approval(
         return Err(StoreError::NotPending(call_id.to_string()));
     };
     let started_with = start.map(|s| crate::arguments_digest(&s.tool_name, &s.arguments));
-    crate::approvals::decide(&mut call, decision, source, start, Utc::now());
-    let state = match (&call.status, &started_with) {
-        (CallStatus::Running, Some(_)) => crate::ApprovalState::Consumed,
-        (CallStatus::Queued, _) => crate::ApprovalState::Approved,
-        _ => crate::ApprovalState::Declined,
-    };
+    let state = crate::approvals::decide(&mut call, decision, source, start, Utc::now());
     approvals::decide(
         &tx,
         ctx,

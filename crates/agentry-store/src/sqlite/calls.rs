@@ -255,12 +255,7 @@ pub(super) fn resolve_approval(
     let started_with = start
         .as_ref()
         .map(|s| crate::arguments_digest(&s.tool_name, &s.arguments));
-    crate::approvals::decide(&mut call, &decision, source, start.as_ref(), Utc::now());
-    let state = match (&call.status, &started_with) {
-        (CallStatus::Running, Some(_)) => crate::ApprovalState::Consumed,
-        (CallStatus::Queued, _) => crate::ApprovalState::Approved,
-        _ => crate::ApprovalState::Declined,
-    };
+    let state = crate::approvals::decide(&mut call, &decision, source, start.as_ref(), Utc::now());
     approvals::decide(&tx, ctx, id, call_id.as_str(), state, started_with.as_deref())?;
     write_call(&tx, ctx, id, &EncodedCall::new(&call)?)?;
     touch(&tx, ctx, id)?;
