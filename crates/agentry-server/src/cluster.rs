@@ -4,23 +4,24 @@
 //!   the reply and unloads it once the reply ended, so the next message may go to any node.
 //! - A client's event stream reads the store's log, whichever node writes it: the store's
 //!   notices ([`SessionStore::event_notices`](agentry_store::SessionStore::event_notices))
-//!   wake it, the log gives the data, so `Last-Event-ID` resumes on any node.
+//!   wake it, the log gives the data (read once per node for all its streams, see
+//!   [`crate::log_tails`]), so `Last-Event-ID` resumes on any node.
 //! - A node that dies stops renewing its leases; every node looks for expired leases each
 //!   second and takes their sessions over: recovery (spec Y4) closes what was left running,
 //!   and a reply waiting for approval asks again.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use agentry_store::{EventNotice, SessionId, StoreError, StoredEvent};
+use agentry_store::{SessionId, StoreError, StoredEvent};
 use axum::response::sse::Event;
 use futures::Stream;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use crate::error::ApiError;
 use crate::events::last_handed_out;
+use crate::log_tails::{FromTail, LogTails};
 use crate::state::{AppState, LiveSession};
 
 /// Events read from the log at a time.
@@ -61,11 +62,11 @@ pub(crate) async fn stream_from_store(
     after: u64,
 ) -> Result<impl Stream<Item = Result<Event, Infallible>> + Send + 'static, ApiError> {
     // Watched before the first read: a notice sent meanwhile is not missed.
-    let wakes = state
-        .watchers
-        .as_ref()
-        .map(|w| w.watch(&id))
+    let tails = state
+        .tails
+        .clone()
         .ok_or_else(|| ApiError::internal("the store sends no notices"))?;
+    let wakes = tails.watch(&id);
     let last = last_handed_out(state.store.event_ids(&id).await?);
     if after > last {
         return Err(ApiError::conflict(
@@ -76,6 +77,7 @@ pub(crate) async fn stream_from_store(
     let follow = Follow {
         state: Arc::downgrade(state),
         stopping: state.stopping.clone(),
+        tails,
         id,
         sent: after,
         page: Vec::new().into_iter(),
@@ -99,6 +101,7 @@ pub(crate) async fn stream_from_store(
 struct Follow {
     state: Weak<AppState>,
     stopping: tokio_util::sync::CancellationToken,
+    tails: Arc<LogTails>,
     id: SessionId,
     sent: u64,
     page: std::vec::IntoIter<StoredEvent>,
@@ -114,89 +117,36 @@ impl Follow {
             if let Some(event) = self.page.next() {
                 return Some(event);
             }
-            let store = Arc::clone(&self.state.upgrade()?.store);
             // Seen before the read: a wake from now on is for events the read may miss.
-            self.wakes.borrow_and_update();
-            match store.events_after(&self.id, self.sent, PAGE).await {
-                Ok(page) if !page.is_empty() => {
-                    self.page = page.into_iter();
+            let seen = *self.wakes.borrow_and_update();
+            match self.tails.after(&self.id, self.sent) {
+                FromTail::Events(events) => {
+                    self.page = events.into_iter();
                     continue;
                 }
-                Ok(_) => {}
-                Err(StoreError::SessionNotFound(_)) => return None,
-                Err(e) => {
-                    tracing::warn!(session = %self.id, error = %e, "a stream could not read the event log");
-                    return None;
+                FromTail::UpToDate => {}
+                FromTail::Unknown => {
+                    let store = Arc::clone(&self.state.upgrade()?.store);
+                    match store.events_after(&self.id, self.sent, PAGE).await {
+                        Ok(page) if !page.is_empty() => {
+                            self.page = page.into_iter();
+                            continue;
+                        }
+                        // At the end: from now on the node's tail can follow it.
+                        Ok(_) => self.tails.reached_end(&self.id, self.sent, seen),
+                        Err(StoreError::SessionNotFound(_)) => return None,
+                        Err(e) => {
+                            tracing::warn!(session = %self.id, error = %e, "a stream could not read the event log");
+                            return None;
+                        }
+                    }
                 }
             }
-            drop(store);
             // Nothing new: wait for a notice of this session's log (or of missed ones).
             tokio::select! {
                 _ = self.stopping.cancelled() => return None,
                 changed = self.wakes.changed() => changed.ok()?,
             }
-        }
-    }
-}
-
-/// Each session's streams on this node, woken by the store's notices: one task reads the
-/// notices and wakes only the streams of the session they name.
-#[derive(Default)]
-pub(crate) struct Watchers {
-    sessions: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
-}
-
-impl Watchers {
-    /// Starts dispatching `notices` (within a Tokio runtime; without one, streams read the
-    /// log once and wait for nothing).
-    pub(crate) fn start(notices: broadcast::Receiver<EventNotice>) -> Arc<Watchers> {
-        let watchers = Arc::new(Watchers::default());
-        if tokio::runtime::Handle::try_current().is_ok() {
-            tokio::spawn(dispatch(notices, Arc::downgrade(&watchers)));
-        }
-        watchers
-    }
-
-    /// A receiver that changes whenever session `id`'s log may have new events.
-    pub(crate) fn watch(&self, id: &SessionId) -> watch::Receiver<u64> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        sessions
-            .entry(id.clone())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe()
-    }
-
-    fn wake(&self, id: &SessionId) {
-        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = sessions.get(id) {
-            if sender.receiver_count() == 0 {
-                sessions.remove(id);
-            } else {
-                sender.send_modify(|n| *n = n.wrapping_add(1));
-            }
-        }
-    }
-
-    fn wake_all(&self) {
-        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        sessions.retain(|_, sender| sender.receiver_count() > 0);
-        for sender in sessions.values() {
-            sender.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-}
-
-async fn dispatch(mut notices: broadcast::Receiver<EventNotice>, watchers: Weak<Watchers>) {
-    loop {
-        let notice = notices.recv().await;
-        let Some(watchers) = watchers.upgrade() else {
-            return;
-        };
-        match notice {
-            Ok(EventNotice::Appended(id)) => watchers.wake(&id),
-            Ok(EventNotice::Controls(_) | EventNotice::Answered(_)) => {}
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => watchers.wake_all(),
-            Err(broadcast::error::RecvError::Closed) => return,
         }
     }
 }

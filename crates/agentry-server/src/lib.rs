@@ -36,6 +36,7 @@ mod cluster;
 mod control;
 mod error;
 mod events;
+mod log_tails;
 mod loopback_guard;
 mod openapi;
 mod page;

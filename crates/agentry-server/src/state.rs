@@ -115,17 +115,17 @@ pub struct AppState {
     /// the store's log, whichever node runs the reply, and a session is loaded only while a
     /// reply runs (see [`crate::cluster`]).
     pub notices: Option<std::sync::Mutex<tokio::sync::broadcast::Receiver<agentry_store::EventNotice>>>,
-    /// The event streams of this node, by session, woken by the notices.
-    pub(crate) watchers: Option<Arc<crate::cluster::Watchers>>,
+    /// The tails of the logs this node streams, read as the notices name them.
+    pub(crate) tails: Option<Arc<crate::log_tails::LogTails>>,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn SessionStore>, factory: AgentFactory, toolkit: Toolkit) -> Self {
         let notices = store.event_notices();
         AppState {
-            watchers: notices
+            tails: notices
                 .as_ref()
-                .map(|n| crate::cluster::Watchers::start(n.resubscribe())),
+                .map(|n| crate::log_tails::LogTails::start(Arc::clone(&store), n.resubscribe())),
             notices: notices.map(std::sync::Mutex::new),
             store,
             factory,

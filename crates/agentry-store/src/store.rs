@@ -281,6 +281,25 @@ pub trait SessionStore: Send + Sync {
         let _ = (id, after, limit);
         Ok(Vec::new())
     }
+    /// The stored events of several sessions at once, each after its own id: the events of
+    /// `(session, after)` are those [`events_after`](Self::events_after) gives, at most
+    /// `limit` per session. Unknown sessions are left out. A node streaming a thousand
+    /// sessions reads them all in one query where the store can.
+    async fn events_after_each(
+        &self,
+        from: &[(SessionId, u64)],
+        limit: usize,
+    ) -> Result<Vec<(SessionId, Vec<StoredEvent>)>, StoreError> {
+        let mut each = Vec::with_capacity(from.len());
+        for (id, after) in from {
+            match self.events_after(id, *after, limit).await {
+                Ok(events) => each.push((id.clone(), events)),
+                Err(StoreError::SessionNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(each)
+    }
     /// The id of the last stored event, and the highest id reserved with
     /// [`reserve_event_ids`](Self::reserve_event_ids) (0 for none).
     async fn event_ids(&self, id: &SessionId) -> Result<(u64, u64), StoreError> {

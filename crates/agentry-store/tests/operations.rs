@@ -447,6 +447,49 @@ async fn the_event_log_keeps_events_in_order_and_the_reserved_ids_only_grow(db: 
 }
 conformance!(the_event_log_keeps_events_in_order_and_the_reserved_ids_only_grow);
 
+/// Several sessions' logs read at once: each after its own id, at most the limit each, in the
+/// order asked; an unknown session is left out, and a session with nothing new is there empty.
+async fn the_logs_of_several_sessions_are_read_at_once(db: TestDb) {
+    let store = db.open().await;
+    let (a, a_lease) = leased(&store, "a").await;
+    let (b, b_lease) = leased(&store, "b").await;
+    let (c, _c_lease) = leased(&store, "c").await;
+    store
+        .append_events(vec![
+            (&a_lease, vec![event(1), event(2), event(3)]),
+            (&b_lease, vec![event(1), event(2)]),
+        ])
+        .await
+        .unwrap();
+    let unknown = agentry_store::SessionId::new("no such session");
+    let each = store
+        .events_after_each(
+            &[
+                (b.id.clone(), 0),
+                (unknown, 0),
+                (a.id.clone(), 1),
+                (c.id.clone(), 0),
+            ],
+            1,
+        )
+        .await
+        .unwrap();
+    let ids: Vec<(String, Vec<u64>)> = each
+        .iter()
+        .map(|(id, events)| (id.to_string(), events.iter().map(|e| e.id).collect()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            (b.id.to_string(), vec![1]),
+            (a.id.to_string(), vec![2]),
+            (c.id.to_string(), vec![]),
+        ]
+    );
+    assert_eq!(each[1].1[0].body, event(2).body);
+}
+conformance!(the_logs_of_several_sessions_are_read_at_once);
+
 /// A session made for a user says so when found by id, by name and in the list; one made
 /// for the store's own user has no owner.
 async fn a_session_keeps_the_user_it_was_made_for(db: TestDb) {

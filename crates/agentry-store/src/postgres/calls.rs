@@ -95,37 +95,8 @@ pub(super) async fn forget_approval(
     approvals::expire(tx, ctx, id, call_id).await
 }
 
-pub(super) async fn record_call(
-    client: &mut Object,
-    inner: &Inner,
-    id: &SessionId,
-    token: i64,
-    call: &CallColumns,
-) -> Result<bool, StoreError> {
-    let tx = write_tx(client, inner, id, token).await?;
-    let changed = write_call(&tx, &inner.ctx, id, call).await?;
-    if changed {
-        touch(&tx, &inner.ctx, id).await?;
-    }
-    commit(tx, &inner.ctx).await?;
-    Ok(changed)
-}
-
 /// Marks a live call running (registering it if unknown); a terminal one is left alone.
-pub(super) async fn call_started(
-    client: &mut Object,
-    inner: &Inner,
-    id: &SessionId,
-    token: i64,
-    call: &CallColumns,
-) -> Result<bool, StoreError> {
-    let tx = write_tx(client, inner, id, token).await?;
-    let changed = write_start(&tx, &inner.ctx, id, call).await?;
-    commit(tx, &inner.ctx).await?;
-    Ok(changed)
-}
-
-/// [`call_started`] inside a transaction of its caller, which commits it with its own writes.
+/// Within a write transaction, which may hold other writes too.
 pub(super) async fn write_start(
     tx: &Transaction<'_>,
     ctx: &Ctx,

@@ -8,47 +8,23 @@ use super::tx::{commit, found};
 use super::{Ctx, Inner};
 use crate::{SessionId, StoreError, StoredEvent};
 
-/// Appends each session's events, all in one transaction of a few statements whatever the
-/// number of sessions (a busy server writes the events of a thousand sessions at once). The
-/// events of a session whose lease was taken over are refused, as any write with a stale token,
-/// and those of a session deleted meanwhile go with it; the other sessions' are written.
+/// Appends each session's events, all in one statement whatever the number of sessions (a
+/// busy server writes the events of a thousand sessions at once, and one round trip keeps
+/// the delay to the streams short). The events of a session whose lease was taken over are
+/// refused, as any write with a stale token, and those of a session deleted meanwhile go with
+/// it; the other sessions' are written. The notices go out at the commit, to every process
+/// listening (see `notices`).
 pub(super) async fn append_events(
-    client: &mut Object,
-    inner: &Inner,
+    client: &Client,
+    ctx: &Ctx,
     batches: &[((SessionId, i64), Vec<StoredEvent>)],
 ) -> Result<(), StoreError> {
-    let ctx = &inner.ctx;
     let (sessions, tokens): (Vec<&str>, Vec<i64>) = batches
         .iter()
         .map(|((id, token), _)| (id.as_str(), *token))
         .unzip();
-    let tx = client.transaction().await.map_err(|e| ctx.err(e))?;
-    // Locked in the order of their ids, as the renewal locks them: two writes of many leases
-    // never wait for each other in a circle.
-    let held = tx
-        .prepare_cached(
-            "SELECT session_id FROM session_leases
-             WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-             ORDER BY session_id FOR SHARE",
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
-    let held: std::collections::HashSet<String> = tx
-        .query(&held, &[&sessions, &tokens])
-        .await
-        .map_err(|e| ctx.err(e))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    let unheld = sessions.iter().filter(|s| !held.contains(**s)).count();
-    if unheld > 0 {
-        tracing::warn!(
-            sessions = unheld,
-            "events of sessions taken over by another node were not kept"
-        );
-    }
     let mut rows = EventRows::default();
-    for ((id, _), events) in batches.iter().filter(|((id, _), _)| held.contains(id.as_str())) {
+    for ((id, _), events) in batches {
         for event in events {
             rows.session.push(id.as_str());
             rows.id
@@ -60,28 +36,48 @@ pub(super) async fn append_events(
             rows.at.push(event.recorded_at);
         }
     }
-    let insert = tx
+    // The lease rows are locked (shared) in the order of their ids, as every lock of many
+    // lease rows is, so two such writes never wait for each other in a circle.
+    let statement = client
         .prepare_cached(
-            "INSERT INTO session_events (session_id, event_id, body, created_at)
-             SELECT e.session, e.id, e.body, coalesce(e.at, now())
-             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::timestamptz[]) AS e(session, id, body, at)
-             ON CONFLICT (session_id, event_id) DO NOTHING",
+            "WITH held AS (
+                 SELECT session_id FROM session_leases
+                 WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+                 ORDER BY session_id FOR SHARE
+             ), written AS (
+                 INSERT INTO session_events (session_id, event_id, body, created_at)
+                 SELECT e.session, e.id, e.body, coalesce(e.at, now())
+                 FROM unnest($3::text[], $4::bigint[], $5::text[], $6::timestamptz[]) AS e(session, id, body, at)
+                 WHERE e.session IN (SELECT session_id FROM held)
+                 ON CONFLICT (session_id, event_id) DO NOTHING
+             )
+             SELECT session_id, pg_notify($7, session_id)::text FROM held",
         )
         .await
         .map_err(|e| ctx.err(e))?;
-    tx.execute(&insert, &[&rows.session, &rows.id, &rows.body, &rows.at])
+    let held = client
+        .query(
+            &statement,
+            &[
+                &sessions,
+                &tokens,
+                &rows.session,
+                &rows.id,
+                &rows.body,
+                &rows.at,
+                &super::notices::CHANNEL,
+            ],
+        )
         .await
-        .map_err(|e| ctx.err(e))?;
-    // Delivered at the commit, to every process listening (see `notices`).
-    let written: Vec<&str> = sessions.iter().copied().filter(|s| held.contains(*s)).collect();
-    let notify = tx
-        .prepare_cached("SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s")
-        .await
-        .map_err(|e| ctx.err(e))?;
-    tx.execute(&notify, &[&super::notices::CHANNEL, &written])
-        .await
-        .map_err(|e| ctx.err(e))?;
-    commit(tx, ctx).await
+        .map_err(|e| ctx.err(e))?
+        .len();
+    if held < sessions.len() {
+        tracing::warn!(
+            sessions = sessions.len() - held,
+            "events of sessions taken over by another node were not kept"
+        );
+    }
+    Ok(())
 }
 
 /// The columns of the events one write inserts.
@@ -131,6 +127,57 @@ pub(super) async fn events_after(
             })
         })
         .collect())
+}
+
+/// The events of each session after its own id, in one query (see
+/// [`SessionStore::events_after_each`](crate::SessionStore::events_after_each)).
+pub(super) async fn events_after_each(
+    client: &Client,
+    ctx: &Ctx,
+    from: &[(SessionId, u64)],
+    limit: usize,
+) -> Result<Vec<(SessionId, Vec<StoredEvent>)>, StoreError> {
+    let (sessions, afters): (Vec<&str>, Vec<i64>) = from
+        .iter()
+        .map(|(id, after)| (id.as_str(), i64::try_from(*after).unwrap_or(i64::MAX)))
+        .unzip();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let statement = client
+        .prepare_cached(
+            "SELECT s.id, e.event_id, e.body, e.created_at
+             FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(session, after, n)
+             JOIN sessions s ON s.id = c.session
+             LEFT JOIN LATERAL (
+                 SELECT event_id, body, created_at FROM session_events
+                 WHERE session_id = s.id AND event_id > c.after ORDER BY event_id LIMIT $3
+             ) e ON true
+             ORDER BY c.n, e.event_id",
+        )
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let rows = client
+        .query(&statement, &[&sessions, &afters, &limit])
+        .await
+        .map_err(|e| ctx.err(e))?;
+    let mut each: Vec<(SessionId, Vec<StoredEvent>)> = Vec::new();
+    for row in &rows {
+        let session: String = row.get(0);
+        if each.last().is_none_or(|(id, _)| id.as_str() != session) {
+            each.push((SessionId::new(session), Vec::new()));
+        }
+        let (Some(event_id), Some(body)) = (row.get::<_, Option<i64>>(1), row.get::<_, Option<String>>(2))
+        else {
+            continue;
+        };
+        if let Some((_, events)) = each.last_mut() {
+            events.push(StoredEvent {
+                id: u64::try_from(event_id).unwrap_or(0),
+                body,
+                recorded_at: row.get(3),
+            });
+        }
+    }
+    Ok(each)
 }
 
 /// The id of the last stored event and the highest reserved id (0 and 0 for none).

@@ -2,8 +2,8 @@
 //!
 //! Why a row and not an advisory lock: a session-level advisory lock lives on one connection,
 //! so a node serving 3,000 sessions would hold 3,000 connections. A row costs nothing while
-//! held; its holder renews all its leases in one statement every third of their lifetime (and
-//! each with every write, see [`tx`](super::tx)). A node that dies stops renewing, and once the
+//! held; its holder renews all its leases in one statement every third of their lifetime (a
+//! write only checks its token, see [`tx`](super::tx)). A node that dies stops renewing, and once the
 //! lease expired another node takes it with a new token from a sequence: the old holder's
 //! writes carry the old token and are refused, so even a node that was only paused (not dead)
 //! cannot write over the new holder.
@@ -206,6 +206,9 @@ fn process_alive(pid: i32) -> bool {
     }
 }
 
+/// How soon a renewal tries again the leases a write held.
+const RENEW_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Renews every lease the store holds, every third of their lifetime, until the store is gone.
 pub(super) fn start_renewing(inner: &Arc<Inner>) {
     let weak: Weak<Inner> = Arc::downgrade(inner);
@@ -230,7 +233,11 @@ pub(super) fn start_renewing(inner: &Arc<Inner>) {
 async fn renew(inner: &Inner, connection: &mut Option<tokio_postgres::Client>) -> Result<(), StoreError> {
     let (ids, tokens): (Vec<String>, Vec<i64>) = {
         let held = inner.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.iter().map(|(id, token)| (id.to_string(), *token)).unzip()
+        // Token 0: an acquire on its way, nothing to renew yet.
+        held.iter()
+            .filter(|(_, token)| **token > 0)
+            .map(|(id, token)| (id.to_string(), *token))
+            .unzip()
     };
     if ids.is_empty() {
         return Ok(());
@@ -252,24 +259,71 @@ async fn renew(inner: &Inner, connection: &mut Option<tokio_postgres::Client>) -
             connection.insert(client)
         }
     };
-    // The rows are locked in the order of their ids, as a write of many sessions' events
-    // locks them, so the two never deadlock.
-    let renewed = client
-        .execute(
-            "UPDATE session_leases l SET expires_at = now() + $3 * interval '1 millisecond'
-             FROM (
-                 SELECT session_id FROM session_leases
-                 WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-                 ORDER BY session_id FOR UPDATE
-             ) AS h
-             WHERE l.session_id = h.session_id",
-            &[&ids, &tokens, &ttl_ms(inner)],
+    // Only the leases no write holds at the moment, never waiting: a renewal waiting for
+    // one busy lease would hold the others it locked meanwhile, and every write of those
+    // sessions (the events of a whole node among them) would wait behind it. The busy ones
+    // are tried again a little later, until a third of the lifetime has passed. The rows are
+    // locked in the order of their ids, as every lock of many lease rows is.
+    let mut renewed: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut pending = (ids.clone(), tokens.clone());
+    let give_up = tokio::time::Instant::now() + inner.lease_ttl / 3;
+    loop {
+        let rows = client
+            .query(
+                "UPDATE session_leases l SET expires_at = now() + $3 * interval '1 millisecond'
+                 FROM (
+                     SELECT session_id FROM session_leases
+                     WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+                     ORDER BY session_id FOR NO KEY UPDATE SKIP LOCKED
+                 ) AS h
+                 WHERE l.session_id = h.session_id
+                 RETURNING l.session_id",
+                &[&pending.0, &pending.1, &ttl_ms(inner)],
+            )
+            .await
+            .map_err(|e| ctx.err(e))?;
+        renewed.extend(rows.iter().map(|row| row.get::<_, String>(0)));
+        pending = ids
+            .iter()
+            .zip(&tokens)
+            .filter(|(id, _)| !renewed.contains(*id))
+            .map(|(id, token)| (id.clone(), *token))
+            .unzip();
+        if pending.0.is_empty() || tokio::time::Instant::now() >= give_up {
+            break;
+        }
+        tokio::time::sleep(RENEW_RETRY).await;
+    }
+    if pending.0.is_empty() {
+        return Ok(());
+    }
+    // Not renewed: still ours (a write held it all along: renewed next time), released
+    // meanwhile (not lost either), or taken over.
+    let still_ours: std::collections::HashSet<String> = client
+        .query(
+            "SELECT session_id FROM session_leases
+             WHERE (session_id, token) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))",
+            &[&pending.0, &pending.1],
         )
         .await
-        .map_err(|e| ctx.err(e))?;
-    if renewed < ids.len() as u64 {
+        .map_err(|e| ctx.err(e))?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let lost = {
+        let held = inner.held.lock().unwrap_or_else(PoisonError::into_inner);
+        pending
+            .0
+            .iter()
+            .zip(&pending.1)
+            .filter(|(id, token)| {
+                !still_ours.contains(*id) && held.get(&SessionId::new(id.as_str())) == Some(*token)
+            })
+            .count()
+    };
+    if lost > 0 {
         tracing::warn!(
-            lost = ids.len() as u64 - renewed,
+            lost,
             "leases were taken over by another node; their writes will be refused"
         );
     }

@@ -3,7 +3,7 @@
 use agentry::ReplyId;
 use agentry::model::ChatUsage;
 use deadpool_postgres::ClientWrapper as Client;
-use deadpool_postgres::Object;
+use deadpool_postgres::{Object, Transaction};
 
 use super::text::{from_db, to_db};
 use super::tx::{commit, found, touch, write_tx};
@@ -87,19 +87,16 @@ pub(super) async fn grants(client: &Client, ctx: &Ctx, id: &SessionId) -> Result
     Ok(grants)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Adds to the ledger, within a write transaction.
 pub(super) async fn record_usage(
-    client: &mut Object,
-    inner: &Inner,
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
     id: &SessionId,
-    token: i64,
     reply_id: Option<&ReplyId>,
     usage: &ChatUsage,
     cost: Option<f64>,
 ) -> Result<(), StoreError> {
-    let ctx = &inner.ctx;
     let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let tx = write_tx(client, inner, id, token).await?;
     let statement = tx
         .prepare_cached(
             "INSERT INTO usage (session_id, reply_id, input_tokens, output_tokens, time_ms, recorded_at,
@@ -124,8 +121,7 @@ pub(super) async fn record_usage(
     )
     .await
     .map_err(|e| ctx.err(e))?;
-    touch(&tx, ctx, id).await?;
-    commit(tx, ctx).await
+    Ok(())
 }
 
 pub(super) async fn usage(client: &Client, ctx: &Ctx, id: &SessionId) -> Result<UsageTotals, StoreError> {

@@ -101,7 +101,7 @@ pub(super) async fn insert_at(
     ctx: &Ctx,
     id: &SessionId,
     seq: i64,
-    msgs: &[Encoded],
+    msgs: &[&Encoded],
 ) -> Result<(), StoreError> {
     let insert = tx
         .prepare_cached(
@@ -130,21 +130,17 @@ pub(super) async fn insert_at(
 
 /// Appends `msgs` (or inserts them before the message `before`), skipping stored ids, after
 /// writing the `started` calls' starts: a result in `msgs` then closes its call with the start
-/// already in place.
-#[allow(clippy::too_many_arguments)]
+/// already in place. Within a write transaction (see [`group_commit`](super::group_commit)).
 pub(super) async fn insert_messages(
-    client: &mut Object,
-    inner: &Inner,
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
     id: &SessionId,
-    token: i64,
     before: Option<&str>,
     started: &[CallColumns],
-    msgs: Vec<Encoded>,
+    msgs: &[Encoded],
 ) -> Result<usize, StoreError> {
-    let ctx = &inner.ctx;
-    let tx = write_tx(client, inner, id, token).await?;
     for call in started {
-        write_start(&tx, ctx, id, call).await?;
+        write_start(tx, ctx, id, call).await?;
     }
     let ids: Vec<&str> = msgs.iter().map(|m| m.id.as_str()).collect();
     let known = tx
@@ -159,12 +155,11 @@ pub(super) async fn insert_messages(
         .map(|row| row.get(0))
         .collect();
     let mut seen = HashSet::new();
-    let new: Vec<Encoded> = msgs
-        .into_iter()
-        .filter(|m| !known.contains(&m.id) && seen.insert(m.id.clone()))
+    let new: Vec<&Encoded> = msgs
+        .iter()
+        .filter(|m| !known.contains(&m.id) && seen.insert(m.id.as_str()))
         .collect();
     if new.is_empty() {
-        commit(tx, ctx).await?;
         return Ok(0);
     }
     let at: Option<i64> = match before {
@@ -197,11 +192,9 @@ pub(super) async fn insert_messages(
             .map_err(|e| ctx.err(e))?;
             at
         }
-        None => next_seq(&tx, ctx, id).await?,
+        None => next_seq(tx, ctx, id).await?,
     };
-    insert_at(&tx, ctx, id, seq, &new).await?;
-    touch(&tx, ctx, id).await?;
-    commit(tx, ctx).await?;
+    insert_at(tx, ctx, id, seq, &new).await?;
     Ok(new.len())
 }
 

@@ -28,6 +28,7 @@ mod approvals;
 mod calls;
 mod controls;
 mod events;
+mod group_commit;
 mod leases;
 mod ledger;
 mod messages;
@@ -58,6 +59,12 @@ use crate::{
     SessionStore, StoreError, StoredEvent, UsageTotals,
 };
 pub use schema::POSTGRES_SCHEMA_VERSION;
+
+/// Connections of the live path (events read, controls), beside the pool of
+/// [`PostgresOptions::pool_size`].
+const LIVE_POOL_SIZE: usize = 4;
+/// Connections of the delivery path: a server has one event writer and one reader.
+const DELIVERY_POOL_SIZE: usize = 2;
 
 /// Settings of a [`PostgresStore`].
 #[derive(Debug, Clone)]
@@ -91,14 +98,15 @@ impl PostgresOptions {
 
     /// How long a session's lease lasts without being renewed (default 8 s): after a node
     /// dies, its sessions can be taken over by another once this has passed. The holder renews
-    /// its leases every third of it, and with every write.
+    /// its leases every third of it.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl.max(Duration::from_millis(300));
         self
     }
 
-    /// Whether the store renews its leases in the background (default true). Off, a lease is
-    /// renewed only by writes, as if the process stalled between them: for tests of takeover.
+    /// Whether the store renews its leases in the background (default true). Off, a lease
+    /// expires after its lifetime however much its holder writes, as if the process stalled:
+    /// for tests of takeover.
     pub fn renew_leases(mut self, renew: bool) -> Self {
         self.renew_leases = renew;
         self
@@ -177,6 +185,18 @@ fn io_cause(error: &tokio_postgres::Error) -> bool {
 
 pub(crate) struct Inner {
     pool: Pool,
+    /// Where writes wait for the transaction they share (see [`group_commit`]).
+    writes: group_commit::Queue,
+    /// Writes committed in a transaction shared with others, so far.
+    grouped: std::sync::atomic::AtomicU64,
+    /// Connections of the delivery path only: the node's event writer and the node's one
+    /// reader for all its streams ([`events_after_each`](SessionStore::events_after_each)).
+    /// The writes of a thousand replies' steps, what they lock, and streams that start, never
+    /// hold up the events clients wait for.
+    delivery: Pool,
+    /// Connections of the live path only (events read, controls): a thousand
+    /// replies writing their steps never make a stream or a cancel wait for a connection.
+    live: Pool,
     ctx: Ctx,
     /// Tells this store's leases from another's, in this process and in the database.
     id: uuid::Uuid,
@@ -252,11 +272,30 @@ impl PostgresStore {
             .max_size(options.pool_size)
             .build()
             .map_err(|e| StoreError::Database(format!("{}: {e}", ctx.target)))?;
+        let pool_of = |size: usize| {
+            Pool::builder(Manager::from_config(
+                config.clone(),
+                tokio_postgres::NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            ))
+            .max_size(size)
+            .build()
+            .map_err(|e| StoreError::Database(format!("{}: {e}", ctx.target)))
+        };
+        let live = pool_of(LIVE_POOL_SIZE)?;
+        let delivery = pool_of(DELIVERY_POOL_SIZE)?;
         let mut client = pool.get().await.map_err(|e| ctx.pool_err(e))?;
         schema::migrate(&mut client, &ctx, options.schema.as_deref()).await?;
         drop(client);
+        let (writes, waiting) = group_commit::queue();
         let inner = Arc::new(Inner {
+            writes,
+            grouped: std::sync::atomic::AtomicU64::new(0),
             pool,
+            live,
+            delivery,
             ctx,
             id: uuid::Uuid::new_v4(),
             lease_ttl: options.lease_ttl,
@@ -265,6 +304,7 @@ impl PostgresStore {
             notices: notices::channel(),
             listener: Mutex::default(),
         });
+        group_commit::start(&inner, waiting);
         if options.renew_leases {
             leases::start_renewing(&inner);
         }
@@ -280,6 +320,15 @@ impl PostgresStore {
     async fn client(&self) -> Result<Object, StoreError> {
         self.inner
             .pool
+            .get()
+            .await
+            .map_err(|e| self.inner.ctx.pool_err(e))
+    }
+
+    /// A connection of the live path (see [`Inner::live`]).
+    async fn live_client(&self) -> Result<Object, StoreError> {
+        self.inner
+            .live
             .get()
             .await
             .map_err(|e| self.inner.ctx.pool_err(e))
@@ -405,8 +454,21 @@ impl SessionStore for PostgresStore {
             .iter()
             .map(messages::Encoded::new)
             .collect::<Result<Vec<_>, _>>()?;
-        let mut client = self.client().await?;
-        messages::insert_messages(&mut client, &self.inner, &id, token, before, &started, msgs).await
+        let before = before.map(str::to_owned);
+        group_commit::write(
+            &self.inner,
+            id,
+            token,
+            (before, started, msgs),
+            |tx, ctx, id, (before, started, msgs)| {
+                Box::pin(async move {
+                    messages::insert_messages(tx, ctx, id, before.as_deref(), started, msgs)
+                        .await
+                        .map(group_commit::output)
+                })
+            },
+        )
+        .await
     }
 
     async fn delete_messages(&self, lease: &Lease, ids: &[String]) -> Result<usize, StoreError> {
@@ -426,15 +488,27 @@ impl SessionStore for PostgresStore {
     async fn record_call(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError> {
         let (id, token) = self.leased(lease)?;
         let call = rows::CallColumns::new(call)?;
-        let mut client = self.client().await?;
-        calls::record_call(&mut client, &self.inner, &id, token, &call).await
+        group_commit::write(&self.inner, id, token, call, |tx, ctx, id, call| {
+            Box::pin(async move {
+                calls::write_call(tx, ctx, id, call)
+                    .await
+                    .map(group_commit::output)
+            })
+        })
+        .await
     }
 
     async fn call_started(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError> {
         let (id, token) = self.leased(lease)?;
         let call = rows::CallColumns::new(call)?;
-        let mut client = self.client().await?;
-        calls::call_started(&mut client, &self.inner, &id, token, &call).await
+        group_commit::write(&self.inner, id, token, call, |tx, ctx, id, call| {
+            Box::pin(async move {
+                calls::write_start(tx, ctx, id, call)
+                    .await
+                    .map(group_commit::output)
+            })
+        })
+        .await
     }
 
     async fn calls(&self, id: &SessionId) -> Result<Vec<CallRecord>, StoreError> {
@@ -553,8 +627,21 @@ impl SessionStore for PostgresStore {
         cost: Option<f64>,
     ) -> Result<(), StoreError> {
         let (id, token) = self.leased(lease)?;
-        let mut client = self.client().await?;
-        ledger::record_usage(&mut client, &self.inner, &id, token, reply_id, usage, cost).await
+        let reply_id = reply_id.cloned();
+        group_commit::write(
+            &self.inner,
+            id,
+            token,
+            (reply_id, usage.clone(), cost),
+            |tx, ctx, id, (reply_id, usage, cost)| {
+                Box::pin(async move {
+                    ledger::record_usage(tx, ctx, id, reply_id.as_ref(), usage, *cost)
+                        .await
+                        .map(group_commit::output)
+                })
+            },
+        )
+        .await
     }
 
     async fn usage(&self, id: &SessionId) -> Result<UsageTotals, StoreError> {
@@ -572,8 +659,13 @@ impl SessionStore for PostgresStore {
             .into_iter()
             .map(|(lease, events)| Ok((self.leased(lease)?, events)))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        let mut client = self.client().await?;
-        events::append_events(&mut client, &self.inner, &batches).await
+        let client = self
+            .inner
+            .delivery
+            .get()
+            .await
+            .map_err(|e| self.inner.ctx.pool_err(e))?;
+        events::append_events(&client, &self.inner.ctx, &batches).await
     }
 
     async fn events_after(
@@ -582,12 +674,26 @@ impl SessionStore for PostgresStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let client = self.client().await?;
+        let client = self.live_client().await?;
         events::events_after(&client, &self.inner.ctx, id, after, limit).await
     }
 
+    async fn events_after_each(
+        &self,
+        from: &[(SessionId, u64)],
+        limit: usize,
+    ) -> Result<Vec<(SessionId, Vec<StoredEvent>)>, StoreError> {
+        let client = self
+            .inner
+            .delivery
+            .get()
+            .await
+            .map_err(|e| self.inner.ctx.pool_err(e))?;
+        events::events_after_each(&client, &self.inner.ctx, from, limit).await
+    }
+
     async fn event_ids(&self, id: &SessionId) -> Result<(u64, u64), StoreError> {
-        let client = self.client().await?;
+        let client = self.live_client().await?;
         events::event_ids(&client, &self.inner.ctx, id).await
     }
 
@@ -618,23 +724,23 @@ impl SessionStore for PostgresStore {
     }
 
     async fn send_control(&self, id: &SessionId, body: &str) -> Result<u64, StoreError> {
-        let client = self.client().await?;
+        let client = self.live_client().await?;
         controls::send_control(&client, &self.inner.ctx, id, body).await
     }
 
     async fn take_controls(&self, lease: &Lease) -> Result<Vec<(u64, String)>, StoreError> {
         let (id, token) = self.leased(lease)?;
-        let client = self.client().await?;
+        let client = self.live_client().await?;
         controls::take_controls(&client, &self.inner.ctx, &id, token).await
     }
 
     async fn answer_control(&self, control: u64, answer: &str) -> Result<(), StoreError> {
-        let client = self.client().await?;
+        let client = self.live_client().await?;
         controls::answer_control(&client, &self.inner.ctx, control, answer).await
     }
 
     async fn control_answer(&self, control: u64) -> Result<Option<String>, StoreError> {
-        let client = self.client().await?;
+        let client = self.live_client().await?;
         controls::control_answer(&client, &self.inner.ctx, control).await
     }
 }

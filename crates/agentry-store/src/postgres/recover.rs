@@ -48,7 +48,7 @@ pub(super) async fn recover(
         .await
         .map_err(|e| ctx.err(e))?;
         let encoded = tail.iter().map(Encoded::new).collect::<Result<Vec<_>, _>>()?;
-        insert_at(&tx, ctx, id, from, &encoded).await?;
+        insert_at(&tx, ctx, id, from, &encoded.iter().collect::<Vec<_>>()).await?;
         msgs.truncate(at);
         msgs.extend(tail);
     }

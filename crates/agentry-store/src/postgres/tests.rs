@@ -123,3 +123,68 @@ async fn a_node_is_told_of_events_appended_by_another() {
     );
     assert_eq!(b.events_after(&session.id, 0, 10).await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_at_once_share_transactions_and_each_gets_its_own_answer() {
+    let Some((stalled, b, _)) = two_nodes().await else {
+        return;
+    };
+    // A session the stalled node will lose, and twenty it keeps.
+    let lost = stalled
+        .create_session("lost", &serde_json::json!({}))
+        .await
+        .unwrap();
+    let old = stalled.acquire(&lost.id).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let _taken = loop {
+        assert!(tokio::time::Instant::now() < deadline, "the lease never expired");
+        match b.acquire(&lost.id).await {
+            Ok(lease) => break lease,
+            Err(StoreError::SessionBusy { .. }) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let mut kept = Vec::new();
+    for n in 0..20 {
+        let session = stalled
+            .create_session(&format!("s{n}"), &serde_json::json!({}))
+            .await
+            .unwrap();
+        let lease = stalled.acquire(&session.id).await.unwrap();
+        kept.push((session, lease));
+    }
+    let grouped_before = stalled.inner.grouped.load(std::sync::atomic::Ordering::Relaxed);
+    // Three rounds of writes, all sessions at once, the lost one among them.
+    for round in 0..3 {
+        let msgs: Vec<[Msg; 1]> = kept.iter().map(|_| [Msg::user(format!("{round}"))]).collect();
+        let writes = kept
+            .iter()
+            .zip(&msgs)
+            .map(|((_, lease), msg)| stalled.append_messages(lease, msg));
+        let never = [Msg::user("never")];
+        let lost_write = stalled.append_messages(&old, &never);
+        let (answers, lost_answer) = tokio::join!(futures::future::join_all(writes), lost_write);
+        for answer in answers {
+            assert_eq!(answer.unwrap(), 1);
+        }
+        assert!(
+            matches!(lost_answer, Err(StoreError::LeaseLost { .. })),
+            "{lost_answer:?}"
+        );
+    }
+    assert!(
+        stalled.inner.grouped.load(std::sync::atomic::Ordering::Relaxed) > grouped_before,
+        "no two writes shared a transaction"
+    );
+    for (session, _) in &kept {
+        let texts: Vec<String> = b
+            .messages(&session.id)
+            .await
+            .unwrap()
+            .iter()
+            .filter_map(Msg::text)
+            .collect();
+        assert_eq!(texts, ["0", "1", "2"]);
+    }
+    assert!(b.messages(&lost.id).await.unwrap().is_empty());
+}

@@ -1,7 +1,10 @@
-//! The transaction rules of every write: one transaction, which first renews the session's
-//! lease with the writer's fencing token. A taken-over lease (another node's token) refuses the
-//! write; the renewal also locks the lease row, so a node taking the session over waits for a
-//! write in flight and then finds the lease renewed.
+//! The transaction rules of every write: one transaction, which first locks the session's lease
+//! row, shared, with the writer's fencing token. A taken-over lease (another node's token)
+//! refuses the write. A node taking the session over waits for the writes in flight, so no write
+//! under the old token lands after the takeover. The lock is shared so that the writes of a
+//! session and the node's batched event writes never wait for each other; renewing is left to
+//! the holder's renewal task (a row updated with every write made each write wait for the
+//! others that held it).
 
 use deadpool_postgres::{Object, Transaction};
 
@@ -17,18 +20,15 @@ pub(super) async fn write_tx<'c>(
 ) -> Result<Transaction<'c>, StoreError> {
     let ctx = &inner.ctx;
     let tx = client.transaction().await.map_err(|e| ctx.err(e))?;
-    let renew = tx
-        .prepare_cached(
-            "UPDATE session_leases SET expires_at = now() + $3 * interval '1 millisecond'
-             WHERE session_id = $1 AND token = $2",
-        )
+    let hold = tx
+        .prepare_cached("SELECT 1 FROM session_leases WHERE session_id = $1 AND token = $2 FOR SHARE")
         .await
         .map_err(|e| ctx.err(e))?;
-    let renewed = tx
-        .execute(&renew, &[&id.as_str(), &token, &ttl_ms(inner)])
+    let held = tx
+        .query_opt(&hold, &[&id.as_str(), &token])
         .await
         .map_err(|e| ctx.err(e))?;
-    if renewed == 0 {
+    if held.is_none() {
         // Rolled back on drop.
         return Err(lost_or_gone(&tx, ctx, id).await);
     }
