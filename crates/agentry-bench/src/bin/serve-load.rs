@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! serve-load --agentry PATH --mock-url URL [--sessions N] [--replies R] [--mock-pid PID]
-//!            [--db postgres://… --nodes K]
+//!            [--db postgres://… --nodes K] [--cancel-probe]
 //! ```
 //!
 //! It starts `agentry serve` on a fresh SQLite file (or `--nodes K` servers on the PostgreSQL
@@ -20,6 +20,13 @@
 //!   made (one per final assistant message); `mock_cpu_ms_per_step` the same for the mock when
 //!   `--mock-pid` is given;
 //! - `server_peak_rss_mb` and `rss_kb_per_session` (the nodes' peaks summed, over N).
+//!
+//! With `--cancel-probe`, the mock's tool `add` is a script tool that waits (10 minutes) until
+//! cancelled, and every client cancels each call as soon as its stream shows it started,
+//! through the node it streams from (with several nodes, not the node running the reply: the
+//! cancel crosses nodes through the database, and so does the event telling it). It also
+//! prints `cancel_ms_p50` / `p99` (from sending the cancel to the client seeing the call
+//! finished as cancelled) and `cancels`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -40,6 +47,7 @@ struct Args {
     mock_pid: Option<String>,
     db: Option<String>,
     nodes: usize,
+    cancel_probe: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -51,6 +59,7 @@ fn args() -> anyhow::Result<Args> {
         mock_pid: None,
         db: None,
         nodes: 1,
+        cancel_probe: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,6 +72,7 @@ fn args() -> anyhow::Result<Args> {
             "--mock-pid" => args.mock_pid = Some(value()?),
             "--db" => args.db = Some(value()?),
             "--nodes" => args.nodes = value()?.parse::<usize>()?.max(1),
+            "--cancel-probe" => args.cancel_probe = true,
             other => bail!("unknown option {other}"),
         }
     }
@@ -99,14 +109,28 @@ struct Tally {
     lost: AtomicU64,
     steps: AtomicU64,
     delivery_ms: Mutex<Vec<f64>>,
+    cancel_ms: Mutex<Vec<f64>>,
 }
+
+/// Where a client sends its cancels (`--cancel-probe`).
+#[derive(Clone)]
+struct Canceller {
+    client: reqwest::Client,
+    /// `{base}/v1/sessions/{id}` on the node the client streams from.
+    session_url: String,
+}
+
+/// The script tool of `--cancel-probe`: `add`, which waits until cancelled.
+const WAITING_ADD: &str = "AssistantTool.registerExecuteTool(async () => {\n  await new Promise((resolve) => setTimeout(resolve, 600000));\n  return { success: true, message: \"waited\" };\n});\n";
 
 /// Reads one session's events; tells `done` at each reply's end.
 async fn follow(
     response: reqwest::Response,
     tally: Arc<Tally>,
     done: tokio::sync::mpsc::UnboundedSender<()>,
+    canceller: Option<Canceller>,
 ) {
+    let mut cancels_sent: std::collections::HashMap<String, Instant> = std::collections::HashMap::new();
     let mut body = response.bytes_stream();
     let mut pending = String::new();
     let mut last_id = 0u64;
@@ -164,6 +188,27 @@ async fn follow(
                 Some("reply_finished") => {
                     let _ = done.send(());
                 }
+                Some("tool_started") => {
+                    if let (Some(canceller), Some(call)) = (&canceller, event["call_id"].as_str()) {
+                        cancels_sent.insert(call.to_owned(), Instant::now());
+                        let url = format!("{}/calls/{call}/cancel", canceller.session_url);
+                        let client = canceller.client.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = client.post(url).send().await {
+                                eprintln!("a cancel was not sent: {e}");
+                            }
+                        });
+                    }
+                }
+                Some("tool_finished") if event["state"]["state"] == "cancelled" => {
+                    if let Some(sent) = event["call_id"].as_str().and_then(|c| cancels_sent.remove(c)) {
+                        tally
+                            .cancel_ms
+                            .lock()
+                            .await
+                            .push(sent.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
                 _ => {}
             }
         }
@@ -188,9 +233,26 @@ async fn main() -> anyhow::Result<()> {
         Some(db) => db.clone(),
         None => dir.join("load.db").display().to_string(),
     };
+    let tools = if args.cancel_probe {
+        let add = dir.join("tools").join("add");
+        std::fs::create_dir_all(&add)?;
+        std::fs::write(
+            add.join("assistant_tool.json"),
+            json!({
+                "id": "add",
+                "description": "Adds two numbers, once it is cancelled.",
+                "parameters": [{"name": "a", "type": "number"}, {"name": "b", "type": "number"}]
+            })
+            .to_string(),
+        )?;
+        std::fs::write(add.join("assistant_tool.js"), WAITING_ADD)?;
+        Some(dir.join("tools").display().to_string())
+    } else {
+        None
+    };
     let mut nodes = Vec::new();
     for _ in 0..args.nodes {
-        nodes.push(start_node(&args, &db)?);
+        nodes.push(start_node(&args, &db, tools.as_deref())?);
     }
     let pids: Vec<String> = nodes.iter().map(|(server, _)| server.id().to_string()).collect();
     let bases: Vec<String> = nodes.iter().map(|(_, base)| base.clone()).collect();
@@ -220,7 +282,11 @@ async fn main() -> anyhow::Result<()> {
             .send()
             .await?;
         let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(follow(response, Arc::clone(&tally), done_tx));
+        let canceller = args.cancel_probe.then(|| Canceller {
+            client: client.clone(),
+            session_url: format!("{base}/v1/sessions/{id}"),
+        });
+        tokio::spawn(follow(response, Arc::clone(&tally), done_tx, canceller));
         waits.push(done_rx);
     }
 
@@ -277,7 +343,9 @@ async fn main() -> anyhow::Result<()> {
     let steps = tally.steps.load(Ordering::Relaxed).max(1) as f64;
     let mut delivery = tally.delivery_ms.lock().await.clone();
     delivery.sort_by(f64::total_cmp);
-    let result = json!({
+    let mut cancels = tally.cancel_ms.lock().await.clone();
+    cancels.sort_by(f64::total_cmp);
+    let mut result = json!({
         "nodes": args.nodes,
         "sessions": args.sessions,
         "replies_per_session": args.replies,
@@ -291,29 +359,39 @@ async fn main() -> anyhow::Result<()> {
         "server_peak_rss_mb": (rss_kb / 1024.0 * 10.0).round() / 10.0,
         "rss_kb_per_session": (rss_kb / args.sessions as f64).round(),
     });
+    if args.cancel_probe {
+        result["cancels"] = json!(cancels.len());
+        result["cancel_ms_p50"] = json!((percentile(&cancels, 0.5) * 100.0).round() / 100.0);
+        result["cancel_ms_p99"] = json!((percentile(&cancels, 0.99) * 100.0).round() / 100.0);
+    }
     println!("RESULT {result}");
     Ok(())
 }
 
-/// Starts one `agentry serve` on `db`; the process and the base URL it listens on.
-fn start_node(args: &Args, db: &str) -> anyhow::Result<(std::process::Child, String)> {
-    let mut server = Command::new(&args.agentry)
-        .args([
-            "serve",
-            "--base-url",
-            &args.mock_url,
-            "--model",
-            "mock",
-            "--no-mcp",
-            "--max-retries",
-            "0",
-            "--max-iters",
-            "20",
-            "--addr",
-            "127.0.0.1:0",
-            "--db",
-            db,
-        ])
+/// Starts one `agentry serve` on `db` (with the script tools of `tools`); the process and the
+/// base URL it listens on.
+fn start_node(args: &Args, db: &str, tools: Option<&str>) -> anyhow::Result<(std::process::Child, String)> {
+    let mut server = Command::new(&args.agentry);
+    server.args([
+        "serve",
+        "--base-url",
+        &args.mock_url,
+        "--model",
+        "mock",
+        "--no-mcp",
+        "--max-retries",
+        "0",
+        "--max-iters",
+        "20",
+        "--addr",
+        "127.0.0.1:0",
+        "--db",
+        db,
+    ]);
+    if let Some(tools) = tools {
+        server.args(["--tools-dir", tools]);
+    }
+    let mut server = server
         .env(
             "AGENTRY_LOG",
             std::env::var("AGENTRY_LOG").unwrap_or_else(|_| "error".into()),
