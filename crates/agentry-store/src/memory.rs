@@ -198,15 +198,18 @@ impl SessionMemory {
         Ok(())
     }
 
-    /// The kept starts of the calls whose results are in `msgs`.
+    /// The kept starts of the calls whose results are in `msgs`, except those that ended
+    /// before they started (declined, or cancelled while waiting for approval): a start
+    /// written for them would claim an approval that was never given.
     fn starts_for(&self, msgs: &[Msg]) -> Vec<CallRecord> {
         let starts = self.starts();
         if starts.is_empty() {
             return Vec::new();
         }
         msgs.iter()
-            .flat_map(Msg::tool_results)
-            .filter_map(|r| starts.get(r.id.as_str()).cloned())
+            .flat_map(|msg| msg.tool_results().map(move |result| (msg, result)))
+            .filter(|(msg, result)| started(&agentry::memory::result_state(msg, result)))
+            .filter_map(|(_, result)| starts.get(result.id.as_str()).cloned())
             .collect()
     }
 
@@ -227,6 +230,18 @@ impl SessionMemory {
             starts.remove(result.id.as_str());
         }
     }
+}
+
+/// Whether a call that ended in `state` had started.
+fn started(state: &ToolCallState) -> bool {
+    !matches!(
+        state,
+        ToolCallState::Declined { .. }
+            | ToolCallState::Cancelled {
+                phase: agentry::tool::CancelPhase::BeforeStart,
+                ..
+            }
+    )
 }
 
 /// How each call answered in `msgs` ended.

@@ -438,6 +438,61 @@ async fn attach_restores_grants_records_decisions_and_keeps_the_ledger_before_th
 }
 conformance!(attach_restores_grants_records_decisions_and_keeps_the_ledger_before_the_reply_ends);
 
+/// A call cancelled while its approval question waits never started: its result is stored
+/// without a start (whose approval was never given), and the reply goes on to its answer.
+async fn a_call_cancelled_while_its_approval_waits_is_stored_as_never_started(db: TestDb) {
+    let store = db.open().await;
+    let memory = Arc::new(
+        SessionMemory::open_or_create(store.clone(), "chat", &json!({}))
+            .await
+            .unwrap(),
+    );
+    let builder = ReActAgent::builder()
+        .name("bot")
+        .model(Scripted::default())
+        .toolkit(guarded_add());
+    let agent = memory.attach(builder).await.unwrap().build().unwrap();
+    let mut run = agent.start_reply(Msg::user("19 + 23?"));
+    let call_id = within("the approval question", async {
+        loop {
+            if let Some(agentry::agent::AgentEvent::ApprovalRequested { call_id, .. }) =
+                run.next_event().await
+            {
+                return call_id;
+            }
+        }
+    })
+    .await;
+    agent.handle().cancel_call(call_id.as_str());
+    let mut failed = None;
+    within("the reply's end", async {
+        while let Some(event) = run.next_event().await {
+            if let agentry::agent::AgentEvent::ReplyFinished { stop_reason, .. } = event {
+                failed = Some(format!("{stop_reason:?}"));
+            }
+        }
+    })
+    .await;
+    let reply = run.finish().await;
+    assert!(reply.is_ok(), "{reply:?} ({failed:?})");
+    let calls = store.calls(&memory.session().id).await.unwrap();
+    assert!(
+        matches!(
+            calls[0].status,
+            CallStatus::Finished(ToolCallState::Cancelled {
+                phase: CancelPhase::BeforeStart,
+                ..
+            })
+        ),
+        "{:?}",
+        calls[0].status
+    );
+    assert_eq!(calls[0].started_at, None);
+    let approvals = store.approvals(&memory.session().id).await.unwrap();
+    assert_eq!(approvals[0].state, agentry_store::ApprovalState::Expired);
+}
+conformance!(a_call_cancelled_while_its_approval_waits_is_stored_as_never_started);
+
 /// C3 across processes: a call of the session's earlier run, cancelled from the agent that
 /// continues it, has finished already.
 async fn c3_a_call_of_an_earlier_process_is_already_finished(db: TestDb) {
