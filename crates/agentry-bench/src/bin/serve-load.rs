@@ -21,11 +21,11 @@
 //!   `--mock-pid` is given;
 //! - `server_peak_rss_mb` and `rss_kb_per_session` (the nodes' peaks summed, over N).
 //!
-//! With `--cancel-probe`, the mock's tool `add` is a script tool that waits (10 minutes) until
-//! cancelled, and every client cancels each call as soon as its stream shows it started,
-//! through the node it streams from (with several nodes, not the node running the reply: the
-//! cancel crosses nodes through the database, and so does the event telling it). It also
-//! prints `cancel_ms_p50` / `p99` (from sending the cancel to the client seeing the call
+//! With `--cancel-probe`, the mock's tool `add` is a script tool that asks for approval, and
+//! every client cancels each call as soon as its stream shows the question, through the node
+//! it streams from (with several nodes, not the node running the reply: the cancel crosses
+//! nodes through the database, and so does the event telling it). It also prints
+//! `cancel_ms_p50` / `p99` (from sending the cancel to the client seeing the call
 //! finished as cancelled) and `cancels`.
 
 use std::io::{BufRead, BufReader};
@@ -120,8 +120,9 @@ struct Canceller {
     session_url: String,
 }
 
-/// The script tool of `--cancel-probe`: `add`, which waits until cancelled.
-const WAITING_ADD: &str = "AssistantTool.registerExecuteTool(async () => {\n  await new Promise((resolve) => setTimeout(resolve, 600000));\n  return { success: true, message: \"waited\" };\n});\n";
+/// The script tool of `--cancel-probe`: `add`, which asks for approval first (so a call waits,
+/// holding nothing, until its client cancels it).
+const ASKING_ADD: &str = "AssistantTool.registerApprovalRequest(async () => ({ title: \"Add\", message: \"Add the numbers?\", primaryButtonLabel: \"Add\", secondaryButtonLabel: \"Skip\" }));\nAssistantTool.registerExecuteToolWithApproval(async (p) => ({ success: true, message: String(p.a + p.b) }));\n";
 
 /// Reads one session's events; tells `done` at each reply's end.
 async fn follow(
@@ -188,7 +189,7 @@ async fn follow(
                 Some("reply_finished") => {
                     let _ = done.send(());
                 }
-                Some("tool_started") => {
+                Some("approval_requested") => {
                     if let (Some(canceller), Some(call)) = (&canceller, event["call_id"].as_str()) {
                         cancels_sent.insert(call.to_owned(), Instant::now());
                         let url = format!("{}/calls/{call}/cancel", canceller.session_url);
@@ -240,12 +241,13 @@ async fn main() -> anyhow::Result<()> {
             add.join("assistant_tool.json"),
             json!({
                 "id": "add",
-                "description": "Adds two numbers, once it is cancelled.",
-                "parameters": [{"name": "a", "type": "number"}, {"name": "b", "type": "number"}]
+                "description": "Adds two numbers, once approved.",
+                "parameters": [{"name": "a", "type": "number"}, {"name": "b", "type": "number"}],
+                "requireApproval": true
             })
             .to_string(),
         )?;
-        std::fs::write(add.join("assistant_tool.js"), WAITING_ADD)?;
+        std::fs::write(add.join("assistant_tool.js"), ASKING_ADD)?;
         Some(dir.join("tools").display().to_string())
     } else {
         None
