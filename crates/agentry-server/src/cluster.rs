@@ -30,6 +30,8 @@ const PAGE: usize = 512;
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// How long a message waits for the node that ran the last reply to give the session back.
 const HANDOVER_WAIT: Duration = Duration::from_secs(2);
+/// How long it waits for this node itself to give the session back, once its reply ended.
+const LOCAL_HANDOVER_WAIT: Duration = Duration::from_secs(10);
 
 /// The session loaded for a new reply: when another node still holds it, its last reply may be
 /// ending (the lease goes back right after its last event), so this waits a little for it
@@ -38,10 +40,19 @@ pub(crate) async fn live_for_reply(
     state: &Arc<AppState>,
     id: &SessionId,
 ) -> Result<Arc<LiveSession>, ApiError> {
-    let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
+    let started = tokio::time::Instant::now();
     loop {
         match state.live(id).await {
-            Err(e) if e.is_session_busy() && tokio::time::Instant::now() < deadline => {
+            // Its last reply here has ended, but a call of it still winds down in this
+            // process: the lease goes back once it has.
+            Err(e)
+                if e.is_session_busy()
+                    && state.still_held_here(id)
+                    && started.elapsed() < LOCAL_HANDOVER_WAIT =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) if e.is_session_busy() && started.elapsed() < HANDOVER_WAIT => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Err(e) if e.is_session_busy() => {

@@ -3,6 +3,7 @@
 //! for the node that does (or for the one taking the session over), and answers what that node
 //! answered, or `queued` when it has not answered within a moment.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use agentry_store::{EventNotice, SessionId};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::sync::oneshot;
 
 use crate::bodies::OutcomeKind;
 use crate::error::ApiError;
@@ -120,32 +122,65 @@ async fn forward(state: &Arc<AppState>, id: &SessionId, control: Control) -> Res
             }
         }
     }
-    let mut notices = state
-        .notice_receiver()
-        .ok_or_else(|| ApiError::internal("the store sends no notices"))?;
     let body = serde_json::to_string(&control).map_err(|e| ApiError::internal(e.to_string()))?;
     let sent = state.store.send_control(id, &body).await?;
+    // Waiting from now on; an answer stored before that is found by the first look.
+    let mut woken = state.answers.wait(sent);
     let answer = tokio::time::timeout(ANSWER_WAIT, async {
         loop {
             if let Some(answer) = state.store.control_answer(sent).await? {
                 return Ok::<String, ApiError>(answer);
             }
-            loop {
-                match notices.recv().await {
-                    Ok(EventNotice::Answered(answered)) if answered == sent => break,
-                    Ok(EventNotice::Answered(_) | EventNotice::Appended(_) | EventNotice::Controls(_)) => {}
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                        return Err(ApiError::internal("the store's notices ended"));
-                    }
-                }
+            match (&mut woken).await {
+                Ok(()) => woken = state.answers.wait(sent),
+                Err(_) => return Err(ApiError::internal("the store's notices ended")),
             }
         }
     })
     .await;
+    state.answers.forget(sent);
     match answer {
         Ok(answer) => decode_answer(&answer?),
         Err(_) => Ok(OutcomeKind::Queued),
+    }
+}
+
+/// The requests of this node waiting for another node's answer to their control, by
+/// control: woken by the store's notices (one task reads them for all, see [`start_serving`]).
+#[derive(Default)]
+pub(crate) struct Answers {
+    waiting: std::sync::Mutex<HashMap<u64, oneshot::Sender<()>>>,
+}
+
+impl Answers {
+    /// Resolves when control `control` may have been answered.
+    fn wait(&self, control: u64) -> oneshot::Receiver<()> {
+        let (wake, woken) = oneshot::channel();
+        self.lock().insert(control, wake);
+        woken
+    }
+
+    fn forget(&self, control: u64) {
+        self.lock().remove(&control);
+    }
+
+    fn answered(&self, control: u64) {
+        if let Some(wake) = self.lock().remove(&control) {
+            let _ = wake.send(());
+        }
+    }
+
+    /// Notices were lost: every request looks for its answer.
+    fn wake_all(&self) {
+        for (_, wake) in self.lock().drain() {
+            let _ = wake.send(());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<()>>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -207,7 +242,10 @@ pub(crate) async fn serve_controls(state: &AppState, id: &SessionId) {
     }
 }
 
-/// Serves the controls other nodes send to this node's sessions, until the server stops.
+/// Serves the controls other nodes send to this node's sessions, and hands the answers
+/// other nodes give to this node's waiting requests, until the server stops. One task reads the
+/// notices; each session's controls are served in a task of their own, so a busy store never
+/// makes one control wait for another's.
 pub(crate) fn start_serving(state: &Arc<AppState>) {
     let Some(mut notices) = state.notice_receiver() else {
         return;
@@ -222,10 +260,15 @@ pub(crate) fn start_serving(state: &Arc<AppState>) {
             };
             let Some(state) = weak.upgrade() else { return };
             match notice {
-                Ok(EventNotice::Controls(id)) => serve_controls(&state, &id).await,
+                Ok(EventNotice::Controls(id)) => {
+                    tokio::spawn(async move { serve_controls(&state, &id).await });
+                }
+                Ok(EventNotice::Answered(control)) => state.answers.answered(control),
                 Ok(EventNotice::Resync) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    state.answers.wake_all();
                     for id in state.loaded_ids().await {
-                        serve_controls(&state, &id).await;
+                        let state = Arc::clone(&state);
+                        tokio::spawn(async move { serve_controls(&state, &id).await });
                     }
                 }
                 Ok(_) => {}

@@ -92,8 +92,11 @@ impl LiveSession {
                 replying.store(false, Ordering::SeqCst);
                 ended.notify_waiters();
             }
+            // This task's hold on the session goes first: unloading gives its lease back.
+            let id = memory.session().id.clone();
+            drop(memory);
             if let Some(state) = unload.and_then(|s| s.upgrade()) {
-                state.unload_if_idle(&memory.session().id).await;
+                state.unload_if_idle(&id).await;
             }
         });
         true
@@ -107,6 +110,15 @@ pub struct AppState {
     /// The tools an agent of this server has (for `GET /v1/tools`).
     pub toolkit: Toolkit,
     live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
+    /// One gate per session being loaded: a load takes many store round trips, and holding
+    /// the map meanwhile made every request of every session wait for it.
+    loading: std::sync::Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
+    /// The sessions whose lease this node is giving back (their events being written), each
+    /// with what wakes the requests waiting for it.
+    unloading: std::sync::Mutex<HashMap<SessionId, Arc<tokio::sync::Notify>>>,
+    /// The sessions unloaded here, while something of this process (a call still winding
+    /// down) keeps their memory, and so their lease, alive.
+    released: std::sync::Mutex<HashMap<SessionId, std::sync::Weak<SessionMemory>>>,
     /// Writes the sessions' events to the store (started with the first session loaded).
     event_writer: std::sync::OnceLock<EventWriter>,
     /// Cancelled when the server stops: new replies and streams are refused.
@@ -117,6 +129,8 @@ pub struct AppState {
     pub notices: Option<std::sync::Mutex<tokio::sync::broadcast::Receiver<agentry_store::EventNotice>>>,
     /// The tails of the logs this node streams, read as the notices name them.
     pub(crate) tails: Option<Arc<crate::log_tails::LogTails>>,
+    /// This node's requests waiting for another node's answer to their control.
+    pub(crate) answers: crate::control::Answers,
 }
 
 impl AppState {
@@ -131,8 +145,12 @@ impl AppState {
             factory,
             toolkit,
             live: Mutex::new(HashMap::new()),
+            loading: std::sync::Mutex::default(),
+            unloading: std::sync::Mutex::default(),
+            released: std::sync::Mutex::default(),
             event_writer: std::sync::OnceLock::new(),
             stopping: tokio_util::sync::CancellationToken::new(),
+            answers: crate::control::Answers::default(),
         }
     }
 
@@ -140,10 +158,33 @@ impl AppState {
     /// lease, closes what a dead process left running (Y4), and asks again about calls that
     /// were waiting for approval: their reply resumes at once.
     pub async fn live(self: &Arc<Self>, id: &SessionId) -> Result<Arc<LiveSession>, ApiError> {
-        let mut live = self.live.lock().await;
-        if let Some(session) = live.get(id) {
-            return Ok(Arc::clone(session));
+        if let Some(session) = self.loaded(id).await {
+            return Ok(session);
         }
+        let gate = Arc::clone(
+            self.loading
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(id.clone())
+                .or_default(),
+        );
+        let loading = gate.lock().await;
+        let loaded = self.load(id).await;
+        self.loading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(id);
+        drop(loading);
+        loaded
+    }
+
+    /// Loads session `id` (see [`AppState::live`]), its gate held.
+    async fn load(self: &Arc<Self>, id: &SessionId) -> Result<Arc<LiveSession>, ApiError> {
+        // Loaded by the request that held the gate before.
+        if let Some(session) = self.loaded(id).await {
+            return Ok(session);
+        }
+        self.unloaded(id).await;
         if self.store.session(id).await?.is_none() {
             return Err(ApiError::no_session(id.as_str()));
         }
@@ -172,8 +213,7 @@ impl AppState {
             reply_ended: Arc::new(tokio::sync::Notify::new()),
             unload_when_idle: self.is_clustered().then(|| Arc::downgrade(self)),
         });
-        live.insert(id.clone(), Arc::clone(&session));
-        drop(live);
+        self.live.lock().await.insert(id.clone(), Arc::clone(&session));
         if waiting {
             session.start(ReActAgent::start_resumed_reply);
         } else if self.is_clustered() {
@@ -228,8 +268,51 @@ impl AppState {
                 _ => None,
             }
         };
-        if let Some(session) = session {
-            session.events.close().await;
+        let Some(session) = session else { return };
+        // A message arriving meanwhile waits for the lease to be given back here rather
+        // than find it held (see `load`).
+        let unloaded = Arc::new(tokio::sync::Notify::new());
+        self.unloading().insert(id.clone(), Arc::clone(&unloaded));
+        session.events.close().await;
+        self.released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id.clone(), Arc::downgrade(&session.memory));
+        drop(session);
+        self.unloading().remove(id);
+        unloaded.notify_waiters();
+    }
+
+    /// Whether session `id`, unloaded here, is still held by this process (its lease not
+    /// given back yet).
+    pub(crate) fn still_held_here(&self, id: &SessionId) -> bool {
+        let mut released = self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        released.retain(|_, memory| memory.strong_count() > 0);
+        released.contains_key(id)
+    }
+
+    fn unloading(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<tokio::sync::Notify>>> {
+        self.unloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits until session `id` is not being unloaded here.
+    async fn unloaded(&self, id: &SessionId) {
+        loop {
+            let Some(unloading) = self.unloading().get(id).cloned() else {
+                return;
+            };
+            let done = unloading.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if !self.unloading().contains_key(id) {
+                return;
+            }
+            done.await;
         }
     }
 

@@ -314,7 +314,11 @@ async fn main() -> anyhow::Result<()> {
                     .send()
                     .await?;
                 if sent.status().as_u16() != 202 {
-                    bail!("message refused: {}", sent.status());
+                    let status = sent.status();
+                    bail!(
+                        "message refused: {status}: {}",
+                        sent.text().await.unwrap_or_default()
+                    );
                 }
                 tokio::time::timeout(Duration::from_secs(600), done.recv())
                     .await

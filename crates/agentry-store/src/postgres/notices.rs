@@ -21,8 +21,9 @@ pub(super) const CHANNEL: &str = "agentry_events";
 pub(super) const CONTROLS: &str = "agentry_controls";
 /// Of answered controls (the payload: the control's id).
 pub(super) const ANSWERS: &str = "agentry_answers";
-/// Notices a slow subscriber may be behind before it is told to resync.
-const BUFFER: usize = 4_096;
+/// Notices a slow subscriber may be behind before it is told to resync (a resync costs every
+/// stream and every waiting control a read, so the buffer holds a busy node's burst).
+const BUFFER: usize = 65_536;
 
 pub(super) fn channel() -> broadcast::Sender<EventNotice> {
     broadcast::channel(BUFFER).0
