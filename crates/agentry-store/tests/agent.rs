@@ -264,6 +264,20 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
         .unwrap_or_else(|_| panic!("{what} did not happen within 20 s"))
 }
 
+/// The call the reply asks approval for, once it asks.
+async fn approval_question(run: &mut agentry::agent::ReplyRun) -> agentry::CallId {
+    within("the approval question", async {
+        loop {
+            if let Some(agentry::agent::AgentEvent::ApprovalRequested { call_id, .. }) =
+                run.next_event().await
+            {
+                return call_id;
+            }
+        }
+    })
+    .await
+}
+
 async fn a_call_is_recorded_when_made_and_its_start_with_its_result(db: TestDb) {
     let (memory, reply, release) = a_reply_in_its_tool_at(&db).await;
     let id = memory.session().id.clone();
@@ -453,16 +467,7 @@ async fn a_call_cancelled_while_its_approval_waits_is_stored_as_never_started(db
         .toolkit(guarded_add());
     let agent = memory.attach(builder).await.unwrap().build().unwrap();
     let mut run = agent.start_reply(Msg::user("19 + 23?"));
-    let call_id = within("the approval question", async {
-        loop {
-            if let Some(agentry::agent::AgentEvent::ApprovalRequested { call_id, .. }) =
-                run.next_event().await
-            {
-                return call_id;
-            }
-        }
-    })
-    .await;
+    let call_id = approval_question(&mut run).await;
     agent.handle().cancel_call(call_id.as_str());
     let mut failed = None;
     within("the reply's end", async {
@@ -574,16 +579,7 @@ async fn an_approval_reaching_a_node_that_lost_the_session_runs_nothing() {
         .toolkit(toolkit);
     let agent = memory.attach(builder).await.unwrap().build().unwrap();
     let mut run = agent.start_reply(Msg::user("19 + 23?"));
-    let call_id = within("the approval question", async {
-        loop {
-            if let Some(agentry::agent::AgentEvent::ApprovalRequested { call_id, .. }) =
-                run.next_event().await
-            {
-                return call_id;
-            }
-        }
-    })
-    .await;
+    let call_id = approval_question(&mut run).await;
     // Another node takes the session over once the stalled node's lease expired.
     let other = db.open().await;
     let id = memory.session().id.clone();

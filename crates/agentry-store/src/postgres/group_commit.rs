@@ -32,29 +32,32 @@ const IN_FLIGHT: usize = 2;
 const MOST: usize = 512;
 
 /// What a write answers, boxed (each kind of write answers its own type).
-pub(super) type Output = Box<dyn Any + Send>;
-/// A write's statements under way.
-pub(super) type WorkFuture<'t> = BoxFuture<'t, Result<Output, StoreError>>;
+type Output = Box<dyn Any + Send>;
+/// A write's statements under way, answering `T`.
+pub(super) type WorkFuture<'t, T> = BoxFuture<'t, Result<T, StoreError>>;
 
 /// A write's statements, run in a transaction that holds its session's lease. It may run
 /// twice (grouped, then alone after the group failed): all it needs it borrows.
 trait Work: Send + Sync {
-    fn run<'t>(&'t self, tx: &'t Transaction<'t>, ctx: &'t Ctx, id: &'t SessionId) -> WorkFuture<'t>;
+    fn run<'t>(&'t self, tx: &'t Transaction<'t>, ctx: &'t Ctx, id: &'t SessionId) -> WorkFuture<'t, Output>;
 }
 
-/// A write's data and the function that writes it.
-struct WithData<D, F> {
+/// A write's data and the function that writes it, answering `T`.
+struct WithData<D, F, T> {
     data: D,
     write: F,
+    answers: std::marker::PhantomData<fn() -> T>,
 }
 
-impl<D, F> Work for WithData<D, F>
+impl<D, F, T> Work for WithData<D, F, T>
 where
     D: Send + Sync,
-    F: for<'t> Fn(&'t Transaction<'t>, &'t Ctx, &'t SessionId, &'t D) -> WorkFuture<'t> + Send + Sync,
+    T: Any + Send,
+    F: for<'t> Fn(&'t Transaction<'t>, &'t Ctx, &'t SessionId, &'t D) -> WorkFuture<'t, T> + Send + Sync,
 {
-    fn run<'t>(&'t self, tx: &'t Transaction<'t>, ctx: &'t Ctx, id: &'t SessionId) -> WorkFuture<'t> {
-        (self.write)(tx, ctx, id, &self.data)
+    fn run<'t>(&'t self, tx: &'t Transaction<'t>, ctx: &'t Ctx, id: &'t SessionId) -> WorkFuture<'t, Output> {
+        let written = (self.write)(tx, ctx, id, &self.data);
+        Box::pin(async move { written.await.map(|value| Box::new(value) as Output) })
     }
 }
 
@@ -83,11 +86,6 @@ pub(super) fn start(inner: &Arc<Inner>, waiting: Waiting) {
     tokio::spawn(commit_groups(Arc::downgrade(inner), waiting.0));
 }
 
-/// Boxes a write's answer.
-pub(super) fn output<T: Any + Send>(value: T) -> Output {
-    Box::new(value)
-}
-
 /// Writes session `id` under the lease token `token`: `write` gets `data` and a transaction
 /// holding the lease, shared with the other writes waiting at the moment.
 pub(super) async fn write<T, D, F>(
@@ -100,7 +98,7 @@ pub(super) async fn write<T, D, F>(
 where
     T: Any + Send,
     D: Send + Sync + 'static,
-    F: for<'t> Fn(&'t Transaction<'t>, &'t Ctx, &'t SessionId, &'t D) -> WorkFuture<'t>
+    F: for<'t> Fn(&'t Transaction<'t>, &'t Ctx, &'t SessionId, &'t D) -> WorkFuture<'t, T>
         + Send
         + Sync
         + 'static,
@@ -109,7 +107,11 @@ where
     let job = Job {
         id,
         token,
-        work: Box::new(WithData { data, write }),
+        work: Box::new(WithData {
+            data,
+            write,
+            answers: std::marker::PhantomData,
+        }),
         done,
     };
     if let Err(mpsc::error::SendError(job)) = inner.writes.send(job) {

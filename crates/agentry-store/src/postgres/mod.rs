@@ -318,20 +318,21 @@ impl PostgresStore {
 
     /// A pooled connection.
     async fn client(&self) -> Result<Object, StoreError> {
-        self.inner
-            .pool
-            .get()
-            .await
-            .map_err(|e| self.inner.ctx.pool_err(e))
+        self.checkout(&self.inner.pool).await
     }
 
     /// A connection of the live path (see [`Inner::live`]).
     async fn live_client(&self) -> Result<Object, StoreError> {
-        self.inner
-            .live
-            .get()
-            .await
-            .map_err(|e| self.inner.ctx.pool_err(e))
+        self.checkout(&self.inner.live).await
+    }
+
+    /// A connection of the delivery path (see [`Inner::delivery`]).
+    async fn delivery_client(&self) -> Result<Object, StoreError> {
+        self.checkout(&self.inner.delivery).await
+    }
+
+    async fn checkout(&self, pool: &Pool) -> Result<Object, StoreError> {
+        pool.get().await.map_err(|e| self.inner.ctx.pool_err(e))
     }
 
     /// The session a write may touch, and its lease's token: the lease must be ours.
@@ -461,11 +462,14 @@ impl SessionStore for PostgresStore {
             token,
             (before, started, msgs),
             |tx, ctx, id, (before, started, msgs)| {
-                Box::pin(async move {
-                    messages::insert_messages(tx, ctx, id, before.as_deref(), started, msgs)
-                        .await
-                        .map(group_commit::output)
-                })
+                Box::pin(messages::insert_messages(
+                    tx,
+                    ctx,
+                    id,
+                    before.as_deref(),
+                    started,
+                    msgs,
+                ))
             },
         )
         .await
@@ -489,11 +493,7 @@ impl SessionStore for PostgresStore {
         let (id, token) = self.leased(lease)?;
         let call = rows::CallColumns::new(call)?;
         group_commit::write(&self.inner, id, token, call, |tx, ctx, id, call| {
-            Box::pin(async move {
-                calls::write_call(tx, ctx, id, call)
-                    .await
-                    .map(group_commit::output)
-            })
+            Box::pin(calls::write_call(tx, ctx, id, call))
         })
         .await
     }
@@ -502,11 +502,7 @@ impl SessionStore for PostgresStore {
         let (id, token) = self.leased(lease)?;
         let call = rows::CallColumns::new(call)?;
         group_commit::write(&self.inner, id, token, call, |tx, ctx, id, call| {
-            Box::pin(async move {
-                calls::write_start(tx, ctx, id, call)
-                    .await
-                    .map(group_commit::output)
-            })
+            Box::pin(calls::write_start(tx, ctx, id, call))
         })
         .await
     }
@@ -634,11 +630,7 @@ impl SessionStore for PostgresStore {
             token,
             (reply_id, usage.clone(), cost),
             |tx, ctx, id, (reply_id, usage, cost)| {
-                Box::pin(async move {
-                    ledger::record_usage(tx, ctx, id, reply_id.as_ref(), usage, *cost)
-                        .await
-                        .map(group_commit::output)
-                })
+                Box::pin(ledger::record_usage(tx, ctx, id, reply_id.as_ref(), usage, *cost))
             },
         )
         .await
@@ -659,12 +651,7 @@ impl SessionStore for PostgresStore {
             .into_iter()
             .map(|(lease, events)| Ok((self.leased(lease)?, events)))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        let client = self
-            .inner
-            .delivery
-            .get()
-            .await
-            .map_err(|e| self.inner.ctx.pool_err(e))?;
+        let client = self.delivery_client().await?;
         events::append_events(&client, &self.inner.ctx, &batches).await
     }
 
@@ -683,12 +670,7 @@ impl SessionStore for PostgresStore {
         from: &[(SessionId, u64)],
         limit: usize,
     ) -> Result<Vec<(SessionId, Vec<StoredEvent>)>, StoreError> {
-        let client = self
-            .inner
-            .delivery
-            .get()
-            .await
-            .map_err(|e| self.inner.ctx.pool_err(e))?;
+        let client = self.delivery_client().await?;
         events::events_after_each(&client, &self.inner.ctx, from, limit).await
     }
 

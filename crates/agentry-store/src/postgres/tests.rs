@@ -34,6 +34,17 @@ async fn two_nodes() -> Option<(PostgresStore, PostgresStore, PostgresStore)> {
     Some((stalled, b, c))
 }
 
+/// The texts of a session's messages, in order.
+async fn texts(store: &PostgresStore, id: &crate::SessionId) -> Vec<String> {
+    store
+        .messages(id)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(Msg::text)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_lease_is_taken_by_one_node_and_the_old_holder_is_refused() {
     let Some((stalled, b, c)) = two_nodes().await else {
@@ -89,14 +100,7 @@ async fn an_expired_lease_is_taken_by_one_node_and_the_old_holder_is_refused() {
     assert!(winner.events_after(&session.id, 0, 10).await.unwrap().is_empty());
     assert_eq!(winner.events_after(&other.id, 0, 10).await.unwrap().len(), 1);
     winner.append_messages(&new, &[Msg::user("three")]).await.unwrap();
-    let texts: Vec<String> = winner
-        .messages(&session.id)
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(Msg::text)
-        .collect();
-    assert_eq!(texts, ["one", "three"]);
+    assert_eq!(texts(&winner, &session.id).await, ["one", "three"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,14 +181,7 @@ async fn writes_at_once_share_transactions_and_each_gets_its_own_answer() {
         "no two writes shared a transaction"
     );
     for (session, _) in &kept {
-        let texts: Vec<String> = b
-            .messages(&session.id)
-            .await
-            .unwrap()
-            .iter()
-            .filter_map(Msg::text)
-            .collect();
-        assert_eq!(texts, ["0", "1", "2"]);
+        assert_eq!(texts(&b, &session.id).await, ["0", "1", "2"]);
     }
     assert!(b.messages(&lost.id).await.unwrap().is_empty());
 }
