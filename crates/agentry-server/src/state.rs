@@ -323,9 +323,9 @@ impl AppState {
             Some(live) => caller.owns(live.memory.session()),
             None => self
                 .store
-                .session(id)
+                .session_owner(id)
                 .await?
-                .is_some_and(|info| caller.owns(&info)),
+                .is_some_and(|owner| caller.owns_as(owner.as_deref())),
         };
         match owned {
             true => Ok(()),

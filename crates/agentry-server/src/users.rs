@@ -32,7 +32,12 @@ impl Caller {
 
     /// Whether `session` is the caller's.
     pub fn owns(&self, session: &SessionInfo) -> bool {
-        session.owner.as_deref() == self.owner()
+        self.owns_as(session.owner.as_deref())
+    }
+
+    /// Whether a session of owner `owner` is this caller's.
+    pub fn owns_as(&self, owner: Option<&str>) -> bool {
+        owner == self.owner()
     }
 }
 

@@ -100,6 +100,13 @@ pub trait SessionStore: Send + Sync {
     ) -> Result<SessionInfo, StoreError>;
     /// The session with this id.
     async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError>;
+    /// Whether session `id` exists, and whose it is: `None` when there is no such session,
+    /// `Some(None)` for a session of the store's own user (no owner). A server asks this on
+    /// every request, so it reads one row, where [`session`](Self::session) also counts the
+    /// session's messages.
+    async fn session_owner(&self, id: &SessionId) -> Result<Option<Option<String>>, StoreError> {
+        Ok(self.session(id).await?.map(|info| info.owner))
+    }
     /// The store's own user's session with this name (the sessions of `--session NAME`; a
     /// server's users' sessions are found by id).
     async fn session_named(&self, name: &str) -> Result<Option<SessionInfo>, StoreError>;

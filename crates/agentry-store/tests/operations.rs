@@ -8,8 +8,8 @@ use agentry::message::{ContentBlock, Msg, Role, ToolResultBlock, ToolUseBlock};
 use agentry::model::ChatUsage;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, CancelPhase, DecisionSource, ToolCallState};
 use agentry_store::{
-    CallRecord, CallStatus, Grant, GrantKind, Lease, PendingApprovals, SessionInfo, SessionStore, StoreError,
-    StoredEvent,
+    CallRecord, CallStatus, Grant, GrantKind, Lease, PendingApprovals, SessionId, SessionInfo, SessionStore,
+    StoreError, StoredEvent,
 };
 use serde_json::json;
 
@@ -507,6 +507,12 @@ async fn a_session_keeps_the_user_it_was_made_for(db: TestDb) {
     assert_eq!(found.owner.as_deref(), Some("ada"));
     let named = store.session_named("mine").await.unwrap().unwrap();
     assert_eq!(named.owner, None);
+    assert_eq!(
+        store.session_owner(&owned.id).await.unwrap(),
+        Some(Some("ada".into()))
+    );
+    assert_eq!(store.session_owner(&own.id).await.unwrap(), Some(None));
+    assert_eq!(store.session_owner(&SessionId::random()).await.unwrap(), None);
     let owners: Vec<Option<String>> = store
         .sessions()
         .await

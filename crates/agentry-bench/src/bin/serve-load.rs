@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! serve-load --agentry PATH --mock-url URL [--sessions N] [--replies R] [--mock-pid PID]
-//!            [--db postgres://… --nodes K] [--cancel-probe]
+//!            [--db postgres://… --nodes K] [--cancel-probe] [--spread-ms MS]
 //! ```
 //!
 //! It starts `agentry serve` on a fresh SQLite file (or `--nodes K` servers on the PostgreSQL
@@ -27,6 +27,11 @@
 //! nodes through the database, and so does the event telling it). It also prints
 //! `cancel_ms_p50` / `p99` (from sending the cancel to the client seeing the call
 //! finished as cancelled) and `cancels`.
+//!
+//! With `--spread-ms MS`, session `i` sends its first message `i × MS / N` ms after the start
+//! instead of all at once (by default every session starts at the same moment, and with a mock
+//! answering in a fixed time they stay in step: each call, cancel and event comes in bursts
+//! of N).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -48,6 +53,7 @@ struct Args {
     db: Option<String>,
     nodes: usize,
     cancel_probe: bool,
+    spread: Duration,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -60,6 +66,7 @@ fn args() -> anyhow::Result<Args> {
         db: None,
         nodes: 1,
         cancel_probe: false,
+        spread: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -73,6 +80,7 @@ fn args() -> anyhow::Result<Args> {
             "--db" => args.db = Some(value()?),
             "--nodes" => args.nodes = value()?.parse::<usize>()?.max(1),
             "--cancel-probe" => args.cancel_probe = true,
+            "--spread-ms" => args.spread = Duration::from_millis(value()?.parse()?),
             other => bail!("unknown option {other}"),
         }
     }
@@ -305,7 +313,10 @@ async fn main() -> anyhow::Result<()> {
         let client = client.clone();
         let base = bases[n % bases.len()].clone();
         let replies = args.replies;
+        let start_at =
+            tokio::time::Instant::from_std(started) + args.spread * n as u32 / args.sessions.max(1) as u32;
         runs.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start_at).await;
             for r in 0..replies {
                 let sent = client
                     .post(format!("{base}/v1/sessions/{id}/messages"))
@@ -355,6 +366,7 @@ async fn main() -> anyhow::Result<()> {
         "nodes": args.nodes,
         "sessions": args.sessions,
         "replies_per_session": args.replies,
+        "spread_ms": args.spread.as_millis() as u64,
         "steps": steps,
         "wall_s": (wall * 100.0).round() / 100.0,
         "events_lost": tally.lost.load(Ordering::Relaxed),

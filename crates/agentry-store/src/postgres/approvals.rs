@@ -1,9 +1,10 @@
 //! Approval records (see [`crate::ApprovalState`]): asked, decided, and consumed by the start
 //! of their call, each in the transaction of the change that causes it.
 
-use deadpool_postgres::{ClientWrapper as Client, Transaction};
+use deadpool_postgres::{Object as Client, Transaction};
 
 use super::Ctx;
+use super::sql;
 use super::text::from_db;
 use super::tx::found;
 use crate::{ApprovalRecord, ApprovalState, SessionId, StoreError};
@@ -78,13 +79,14 @@ pub(super) async fn decide(
         return Err(StoreError::ApprovalMismatch(from_db(call_id.to_owned())));
     }
     let consumed = state == ApprovalState::Consumed;
-    tx.execute(
+    sql::execute(
+        tx,
+        ctx,
         "UPDATE approvals SET state = $3, decided_at = now(), consumed_at = CASE WHEN $4 THEN now() END
          WHERE session_id = $1 AND call_id = $2 AND state = 'pending'",
         &[&id.as_str(), &call_id, &state.name(), &consumed],
     )
-    .await
-    .map_err(|e| ctx.err(e))?;
+    .await?;
     Ok(())
 }
 
@@ -109,12 +111,13 @@ pub(super) async fn consume_on_start(
     if approved != digest {
         return Err(StoreError::ApprovalMismatch(from_db(call_id.to_owned())));
     }
-    tx.execute(
+    sql::execute(
+        tx,
+        ctx,
         "UPDATE approvals SET state = 'consumed', consumed_at = now() WHERE session_id = $1 AND call_id = $2",
         &[&id.as_str(), &call_id],
     )
-    .await
-    .map_err(|e| ctx.err(e))?;
+    .await?;
     Ok(())
 }
 
@@ -143,17 +146,17 @@ pub(super) async fn approvals(
     ctx: &Ctx,
     id: &SessionId,
 ) -> Result<Vec<ApprovalRecord>, StoreError> {
-    let rows = client
-        .query(
-            "SELECT a.call_id, a.digest, a.state, a.requested_at, a.decided_at, a.consumed_at
+    let rows = sql::query(
+        client,
+        ctx,
+        "SELECT a.call_id, a.digest, a.state, a.requested_at, a.decided_at, a.consumed_at
              FROM sessions s
              LEFT JOIN approvals a ON a.session_id = s.id
              LEFT JOIN tool_calls c ON c.session_id = a.session_id AND c.call_id = a.call_id
              WHERE s.id = $1 ORDER BY c.ord",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+        &[&id.as_str()],
+    )
+    .await?;
     found(!rows.is_empty(), id)?;
     let mut records = Vec::new();
     for row in &rows {

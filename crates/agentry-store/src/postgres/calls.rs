@@ -3,11 +3,12 @@
 use agentry::CallId;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
 use chrono::Utc;
-use deadpool_postgres::ClientWrapper as Client;
+use deadpool_postgres::Object as Client;
 use deadpool_postgres::{Object, Transaction};
 
 use super::approvals;
 use super::rows::{CALL_COLUMNS, CallColumns, call_record};
+use super::sql;
 use super::text::{from_db, to_db};
 use super::tx::{commit, found, touch, write_tx};
 use super::{Ctx, Inner};
@@ -238,13 +239,8 @@ pub(super) async fn request_approval(
         &crate::arguments_digest(&call.tool_name, &call.arguments),
     )
     .await?;
-    tx.execute(
-        "INSERT INTO pending_approvals (session_id, call_id, request, requested_at) VALUES ($1, $2, $3, now())
-         ON CONFLICT (session_id, call_id) DO UPDATE SET request = excluded.request",
-        &[&id.as_str(), &to_db(call_id.as_str()), &body],
-    )
-    .await
-    .map_err(|e| ctx.err(e))?;
+    sql::execute(&tx, ctx, "INSERT INTO pending_approvals (session_id, call_id, request, requested_at) VALUES ($1, $2, $3, now())
+         ON CONFLICT (session_id, call_id) DO UPDATE SET request = excluded.request", &[&id.as_str(), &to_db(call_id.as_str()), &body]).await?;
     touch(&tx, ctx, id).await?;
     commit(tx, ctx).await
 }
@@ -265,13 +261,13 @@ pub(super) async fn resolve_approval(
     let ctx = &inner.ctx;
     let tx = write_tx(client, inner, id, token).await?;
     // The first decision removes the request; any later one finds nothing (A16).
-    let was_pending = tx
-        .execute(
-            "DELETE FROM pending_approvals WHERE session_id = $1 AND call_id = $2",
-            &[&id.as_str(), &to_db(call_id.as_str())],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+    let was_pending = sql::execute(
+        &tx,
+        ctx,
+        "DELETE FROM pending_approvals WHERE session_id = $1 AND call_id = $2",
+        &[&id.as_str(), &to_db(call_id.as_str())],
+    )
+    .await?;
     let call = call_where(&tx, ctx, id, &to_db(call_id.as_str())).await?;
     let Some(mut call) = call.filter(|c| was_pending > 0 && c.status == CallStatus::PendingApproval) else {
         return Err(StoreError::NotPending(call_id.to_string()));
@@ -298,17 +294,17 @@ pub(super) async fn pending_approvals(
     ctx: &Ctx,
     id: &SessionId,
 ) -> Result<Vec<PendingApproval>, StoreError> {
-    let rows = client
-        .query(
-            "SELECT p.call_id, c.tool_name, c.arguments, p.request, p.requested_at
+    let rows = sql::query(
+        client,
+        ctx,
+        "SELECT p.call_id, c.tool_name, c.arguments, p.request, p.requested_at
              FROM sessions s
              LEFT JOIN pending_approvals p ON p.session_id = s.id
              LEFT JOIN tool_calls c ON c.session_id = p.session_id AND c.call_id = p.call_id
              WHERE s.id = $1 ORDER BY c.ord",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+        &[&id.as_str()],
+    )
+    .await?;
     found(!rows.is_empty(), id)?;
     let mut pending = Vec::new();
     for row in &rows {

@@ -1,9 +1,10 @@
 //! A session's event log: events as a server handed them out, for clients that resume a stream
 //! after a restart or on another node.
 
-use deadpool_postgres::ClientWrapper as Client;
+use deadpool_postgres::Object as Client;
 use deadpool_postgres::Object;
 
+use super::sql;
 use super::tx::{commit, found};
 use super::{Ctx, Inner};
 use crate::{SessionId, StoreError, StoredEvent};
@@ -182,14 +183,14 @@ pub(super) async fn events_after_each(
 
 /// The id of the last stored event and the highest reserved id (0 and 0 for none).
 pub(super) async fn event_ids(client: &Client, ctx: &Ctx, id: &SessionId) -> Result<(u64, u64), StoreError> {
-    let row = client
-        .query_opt(
-            "SELECT (SELECT coalesce(max(event_id), 0) FROM session_events WHERE session_id = $1)::bigint,
+    let row = sql::query_opt(
+        client,
+        ctx,
+        "SELECT (SELECT coalesce(max(event_id), 0) FROM session_events WHERE session_id = $1)::bigint,
                     event_ids_reserved FROM sessions WHERE id = $1",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+        &[&id.as_str()],
+    )
+    .await?;
     let Some(row) = row else {
         return Err(StoreError::SessionNotFound(id.to_string()));
     };
@@ -210,12 +211,13 @@ pub(super) async fn reserve_event_ids(
     let ctx = &inner.ctx;
     let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
     let tx = super::tx::write_tx(client, inner, id, token).await?;
-    tx.execute(
+    sql::execute(
+        &tx,
+        ctx,
         "UPDATE sessions SET event_ids_reserved = greatest(event_ids_reserved, $2) WHERE id = $1",
         &[&id.as_str(), &up_to],
     )
-    .await
-    .map_err(|e| ctx.err(e))?;
+    .await?;
     commit(tx, ctx).await
 }
 
@@ -226,23 +228,29 @@ pub(super) async fn purge(
     ctx: &Ctx,
     before: chrono::DateTime<chrono::Utc>,
 ) -> Result<crate::Purged, StoreError> {
-    let sessions = client
-        .execute(
-            "DELETE FROM sessions s WHERE updated_at < $1
+    let sessions = sql::execute(
+        client,
+        ctx,
+        "DELETE FROM sessions s WHERE updated_at < $1
                AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id)
                AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.session_id = s.id AND NOT c.terminal)",
-            &[&before],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
-    let events = client
-        .execute("DELETE FROM session_events WHERE created_at < $1", &[&before])
-        .await
-        .map_err(|e| ctx.err(e))?;
-    client
-        .execute("DELETE FROM session_controls WHERE created_at < $1", &[&before])
-        .await
-        .map_err(|e| ctx.err(e))?;
+        &[&before],
+    )
+    .await?;
+    let events = sql::execute(
+        client,
+        ctx,
+        "DELETE FROM session_events WHERE created_at < $1",
+        &[&before],
+    )
+    .await?;
+    sql::execute(
+        client,
+        ctx,
+        "DELETE FROM session_controls WHERE created_at < $1",
+        &[&before],
+    )
+    .await?;
     Ok(crate::Purged { sessions, events })
 }
 
@@ -257,13 +265,14 @@ pub(super) async fn settle_event_ids(
     let ctx = &inner.ctx;
     let last = i64::try_from(last).unwrap_or(i64::MAX);
     let tx = super::tx::write_tx(client, inner, id, token).await?;
-    tx.execute(
+    sql::execute(
+        &tx,
+        ctx,
         "UPDATE sessions SET event_ids_reserved = greatest($2,
              (SELECT coalesce(max(event_id), 0) FROM session_events WHERE session_id = $1))
          WHERE id = $1",
         &[&id.as_str(), &last],
     )
-    .await
-    .map_err(|e| ctx.err(e))?;
+    .await?;
     commit(tx, ctx).await
 }

@@ -22,6 +22,7 @@ use std::sync::{Arc, PoisonError, Weak};
 use chrono::Utc;
 
 use super::Inner;
+use super::sql;
 use super::tx::ttl_ms;
 use crate::{Lease, SessionId, StoreError};
 
@@ -46,13 +47,13 @@ impl Drop for LeaseGuard {
         runtime.spawn(async move {
             let released = async {
                 let client = inner.pool.get().await.map_err(|e| inner.ctx.pool_err(e))?;
-                client
-                    .execute(
-                        "DELETE FROM session_leases WHERE session_id = $1 AND token = $2",
-                        &[&id.as_str(), &token],
-                    )
-                    .await
-                    .map_err(|e| inner.ctx.err(e))
+                sql::execute(
+                    &client,
+                    &inner.ctx,
+                    "DELETE FROM session_leases WHERE session_id = $1 AND token = $2",
+                    &[&id.as_str(), &token],
+                )
+                .await
             };
             if let Err(e) = released.await {
                 tracing::debug!(session = %id, error = %e, "a lease was left to expire");
@@ -148,13 +149,13 @@ async fn take(inner: &Inner, id: &SessionId) -> Result<i64, StoreError> {
         if let Some(row) = row {
             return Ok(row.get(0));
         }
-        let held = client
-            .query_opt(
-                "SELECT holder, token, host_id, pid FROM session_leases WHERE session_id = $1",
-                &[&id.as_str()],
-            )
-            .await
-            .map_err(|e| ctx.err(e))?;
+        let held = sql::query_opt(
+            &client,
+            ctx,
+            "SELECT holder, token, host_id, pid FROM session_leases WHERE session_id = $1",
+            &[&id.as_str()],
+        )
+        .await?;
         let Some(held) = held else {
             // Released between the two statements: take it now (or find the session gone).
             released_meanwhile += 1;
@@ -341,16 +342,16 @@ fn host_name() -> String {
 /// The sessions whose lease expired without being released (see
 /// [`SessionStore::expired_leases`](crate::SessionStore::expired_leases)).
 pub(super) async fn expired(
-    client: &deadpool_postgres::ClientWrapper,
+    client: &deadpool_postgres::Object,
     ctx: &super::Ctx,
 ) -> Result<Vec<SessionId>, StoreError> {
-    let rows = client
-        .query(
-            "SELECT session_id FROM session_leases WHERE expires_at < now() ORDER BY expires_at",
-            &[],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+    let rows = sql::query(
+        client,
+        ctx,
+        "SELECT session_id FROM session_leases WHERE expires_at < now() ORDER BY expires_at",
+        &[],
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|row| SessionId::new(row.get::<_, String>(0)))

@@ -2,9 +2,10 @@
 
 use agentry::ReplyId;
 use agentry::model::ChatUsage;
-use deadpool_postgres::ClientWrapper as Client;
+use deadpool_postgres::Object as Client;
 use deadpool_postgres::{Object, Transaction};
 
+use super::sql;
 use super::text::{from_db, to_db};
 use super::tx::{commit, found, touch, write_tx};
 use super::{Ctx, Inner};
@@ -21,20 +22,15 @@ pub(super) async fn put_grant(
     let ctx = &inner.ctx;
     let kind = json("grant", &grant.kind)?;
     let tx = write_tx(client, inner, id, token).await?;
-    tx.execute(
-        "INSERT INTO session_grants (session_id, key, tool_name, kind, created_at) VALUES ($1, $2, $3, $4, $5)
+    sql::execute(&tx, ctx, "INSERT INTO session_grants (session_id, key, tool_name, kind, created_at) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (session_id, key) DO UPDATE SET
-             tool_name = excluded.tool_name, kind = excluded.kind, created_at = excluded.created_at",
-        &[
+             tool_name = excluded.tool_name, kind = excluded.kind, created_at = excluded.created_at", &[
             &id.as_str(),
             &to_db(&grant.key),
             &to_db(&grant.tool_name),
             &kind,
             &grant.created_at,
-        ],
-    )
-    .await
-    .map_err(|e| ctx.err(e))?;
+        ]).await?;
     touch(&tx, ctx, id).await?;
     commit(tx, ctx).await
 }
@@ -48,28 +44,28 @@ pub(super) async fn revoke_grant(
 ) -> Result<bool, StoreError> {
     let ctx = &inner.ctx;
     let tx = write_tx(client, inner, id, token).await?;
-    let deleted = tx
-        .execute(
-            "DELETE FROM session_grants WHERE session_id = $1 AND key = $2",
-            &[&id.as_str(), &to_db(key)],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+    let deleted = sql::execute(
+        &tx,
+        ctx,
+        "DELETE FROM session_grants WHERE session_id = $1 AND key = $2",
+        &[&id.as_str(), &to_db(key)],
+    )
+    .await?;
     touch(&tx, ctx, id).await?;
     commit(tx, ctx).await?;
     Ok(deleted > 0)
 }
 
 pub(super) async fn grants(client: &Client, ctx: &Ctx, id: &SessionId) -> Result<Vec<Grant>, StoreError> {
-    let rows = client
-        .query(
-            "SELECT g.key, g.tool_name, g.kind, g.created_at FROM sessions s
+    let rows = sql::query(
+        client,
+        ctx,
+        "SELECT g.key, g.tool_name, g.kind, g.created_at FROM sessions s
              LEFT JOIN session_grants g ON g.session_id = s.id
              WHERE s.id = $1 ORDER BY g.created_at, g.ord",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+        &[&id.as_str()],
+    )
+    .await?;
     found(!rows.is_empty(), id)?;
     let mut grants = Vec::new();
     for row in &rows {
@@ -125,17 +121,11 @@ pub(super) async fn record_usage(
 }
 
 pub(super) async fn usage(client: &Client, ctx: &Ctx, id: &SessionId) -> Result<UsageTotals, StoreError> {
-    let row = client
-        .query_opt(
-            "SELECT count(u.id), COALESCE(SUM(u.input_tokens), 0)::bigint, COALESCE(SUM(u.output_tokens), 0)::bigint,
+    let row = sql::query_opt(client, ctx, "SELECT count(u.id), COALESCE(SUM(u.input_tokens), 0)::bigint, COALESCE(SUM(u.output_tokens), 0)::bigint,
                     COALESCE(SUM(u.time_ms), 0.0)::float8, COALESCE(SUM(u.cache_read_tokens), 0)::bigint,
                     COALESCE(SUM(u.cache_write_tokens), 0)::bigint, COALESCE(SUM(u.reasoning_tokens), 0)::bigint,
                     SUM(u.cost_usd)::float8
-             FROM sessions s LEFT JOIN usage u ON u.session_id = s.id WHERE s.id = $1 GROUP BY s.id",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+             FROM sessions s LEFT JOIN usage u ON u.session_id = s.id WHERE s.id = $1 GROUP BY s.id", &[&id.as_str()]).await?;
     let Some(row) = row else {
         return Err(StoreError::SessionNotFound(id.to_string()));
     };

@@ -6,11 +6,12 @@ use std::collections::HashSet;
 
 use agentry::message::Msg;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::ClientWrapper as Client;
+use deadpool_postgres::Object as Client;
 use deadpool_postgres::{Object, Transaction};
 
 use super::calls::{forget_approval, write_start};
 use super::rows::CallColumns;
+use super::sql;
 use super::text::to_db;
 use super::tx::{commit, found, touch, write_tx};
 use super::{Ctx, Inner};
@@ -163,14 +164,14 @@ pub(super) async fn insert_messages(
         return Ok(0);
     }
     let at: Option<i64> = match before {
-        Some(before) => tx
-            .query_opt(
-                "SELECT seq FROM messages WHERE session_id = $1 AND id = $2",
-                &[&id.as_str(), &to_db(before)],
-            )
-            .await
-            .map_err(|e| ctx.err(e))?
-            .map(|row| row.get(0)),
+        Some(before) => sql::query_opt(
+            tx,
+            ctx,
+            "SELECT seq FROM messages WHERE session_id = $1 AND id = $2",
+            &[&id.as_str(), &to_db(before)],
+        )
+        .await?
+        .map(|row| row.get(0)),
         None => None,
     };
     let seq = match at {
@@ -178,18 +179,20 @@ pub(super) async fn insert_messages(
             // Make room: move the tail out of the way (negative positions, so the primary key
             // never collides mid-update), then to its new place.
             let n = i64::try_from(new.len()).unwrap_or(i64::MAX);
-            tx.execute(
+            sql::execute(
+                tx,
+                ctx,
                 "UPDATE messages SET seq = -(seq + $3) - 1 WHERE session_id = $1 AND seq >= $2",
                 &[&id.as_str(), &at, &n],
             )
-            .await
-            .map_err(|e| ctx.err(e))?;
-            tx.execute(
+            .await?;
+            sql::execute(
+                tx,
+                ctx,
                 "UPDATE messages SET seq = -seq - 1 WHERE session_id = $1 AND seq < 0",
                 &[&id.as_str()],
             )
-            .await
-            .map_err(|e| ctx.err(e))?;
+            .await?;
             at
         }
         None => next_seq(tx, ctx, id).await?,
@@ -209,20 +212,27 @@ pub(super) async fn delete_messages(
     let ctx = &inner.ctx;
     let tx = write_tx(client, inner, id, token).await?;
     let deleted = match ids {
-        None => tx
-            .execute("DELETE FROM messages WHERE session_id = $1", &[&id.as_str()])
-            .await
-            .map_err(|e| ctx.err(e))?,
-        Some(ids) => tx
-            .execute(
+        None => {
+            sql::execute(
+                &tx,
+                ctx,
+                "DELETE FROM messages WHERE session_id = $1",
+                &[&id.as_str()],
+            )
+            .await?
+        }
+        Some(ids) => {
+            sql::execute(
+                &tx,
+                ctx,
                 "DELETE FROM messages WHERE session_id = $1 AND id = ANY($2)",
                 &[
                     &id.as_str(),
                     &ids.iter().map(|i| to_db(i).into_owned()).collect::<Vec<_>>(),
                 ],
             )
-            .await
-            .map_err(|e| ctx.err(e))?,
+            .await?
+        }
     };
     touch(&tx, ctx, id).await?;
     commit(tx, ctx).await?;

@@ -25,6 +25,7 @@
 //! ```
 
 mod approvals;
+mod batches;
 mod calls;
 mod controls;
 mod events;
@@ -37,6 +38,7 @@ mod recover;
 mod rows;
 mod schema;
 mod sessions;
+mod sql;
 mod text;
 mod tx;
 
@@ -207,6 +209,8 @@ pub(crate) struct Inner {
     config: tokio_postgres::Config,
     notices: tokio::sync::broadcast::Sender<crate::EventNotice>,
     listener: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Where control requests wait for the statement they share (see [`controls`]).
+    controls: controls::ControlBatches,
 }
 
 impl Drop for Inner {
@@ -290,6 +294,7 @@ impl PostgresStore {
         schema::migrate(&mut client, &ctx, options.schema.as_deref()).await?;
         drop(client);
         let (writes, waiting) = group_commit::queue();
+        let (controls, control_ends) = controls::control_batches();
         let inner = Arc::new(Inner {
             writes,
             grouped: std::sync::atomic::AtomicU64::new(0),
@@ -303,8 +308,10 @@ impl PostgresStore {
             config,
             notices: notices::channel(),
             listener: Mutex::default(),
+            controls,
         });
         group_commit::start(&inner, waiting);
+        control_ends.start(&inner);
         if options.renew_leases {
             leases::start_renewing(&inner);
         }
@@ -379,6 +386,11 @@ impl SessionStore for PostgresStore {
     async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         let client = self.client().await?;
         sessions::session_where(&client, &self.inner.ctx, "s.id = $1", id.as_str()).await
+    }
+
+    async fn session_owner(&self, id: &SessionId) -> Result<Option<Option<String>>, StoreError> {
+        let client = self.client().await?;
+        sessions::session_owner(&client, &self.inner.ctx, id).await
     }
 
     async fn session_named(&self, name: &str) -> Result<Option<SessionInfo>, StoreError> {
@@ -706,24 +718,20 @@ impl SessionStore for PostgresStore {
     }
 
     async fn send_control(&self, id: &SessionId, body: &str) -> Result<u64, StoreError> {
-        let client = self.live_client().await?;
-        controls::send_control(&client, &self.inner.ctx, id, body).await
+        controls::send_control(&self.inner, id, body).await
     }
 
     async fn take_controls(&self, lease: &Lease) -> Result<Vec<(u64, String)>, StoreError> {
         let (id, token) = self.leased(lease)?;
-        let client = self.live_client().await?;
-        controls::take_controls(&client, &self.inner.ctx, &id, token).await
+        controls::take_controls(&self.inner, &id, token).await
     }
 
     async fn answer_control(&self, control: u64, answer: &str) -> Result<(), StoreError> {
-        let client = self.live_client().await?;
-        controls::answer_control(&client, &self.inner.ctx, control, answer).await
+        controls::answer_control(&self.inner, control, answer).await
     }
 
     async fn control_answer(&self, control: u64) -> Result<Option<String>, StoreError> {
-        let client = self.live_client().await?;
-        controls::control_answer(&client, &self.inner.ctx, control).await
+        controls::control_answer(&self.inner, control).await
     }
 }
 

@@ -9,6 +9,7 @@ use super::Inner;
 use super::calls::{stored_calls, write_call};
 use super::messages::{Encoded, insert_at, next_seq, stored_messages};
 use super::rows::CallColumns;
+use super::sql;
 use super::tx::{commit, found, touch, write_tx};
 use crate::recovery;
 use crate::{PendingApprovals, Recovered, SessionId, StoreError};
@@ -41,12 +42,13 @@ pub(super) async fn recover(
             Some(&seq) => seq,
             None => next_seq(&tx, ctx, id).await?,
         };
-        tx.execute(
+        sql::execute(
+            &tx,
+            ctx,
             "DELETE FROM messages WHERE session_id = $1 AND seq >= $2",
             &[&id.as_str(), &from],
         )
-        .await
-        .map_err(|e| ctx.err(e))?;
+        .await?;
         let encoded = tail.iter().map(Encoded::new).collect::<Result<Vec<_>, _>>()?;
         insert_at(&tx, ctx, id, from, &encoded.iter().collect::<Vec<_>>()).await?;
         msgs.truncate(at);

@@ -1,10 +1,10 @@
 //! Sessions: created, found by id or name, listed, deleted, and their configuration.
 
-use deadpool_postgres::ClientWrapper;
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
 use super::rows::{SESSION_COLUMNS, session_info};
+use super::sql;
 use super::tx::{commit, write_tx};
 use super::{Ctx, Inner};
 use crate::{SessionId, SessionInfo, StoreError};
@@ -46,29 +46,45 @@ pub(super) async fn create_session(
 
 /// The session matching `filter` (one `$1` parameter).
 pub(super) async fn session_where(
-    client: &ClientWrapper,
+    client: &Object,
     ctx: &Ctx,
     filter: &str,
     value: &str,
 ) -> Result<Option<SessionInfo>, StoreError> {
-    let row = client
-        .query_opt(
-            &format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE {filter}"),
-            &[&value],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+    let row = sql::query_opt(
+        client,
+        ctx,
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE {filter}"),
+        &[&value],
+    )
+    .await?;
     row.as_ref().map(session_info).transpose()
 }
 
+/// Whether session `id` exists, and its owner.
+pub(super) async fn session_owner(
+    client: &Object,
+    ctx: &Ctx,
+    id: &SessionId,
+) -> Result<Option<Option<String>>, StoreError> {
+    let row = sql::query_opt(
+        client,
+        ctx,
+        "SELECT owner FROM sessions WHERE id = $1",
+        &[&id.as_str()],
+    )
+    .await?;
+    Ok(row.map(|row| row.get(0)))
+}
+
 pub(super) async fn sessions(client: &Object, ctx: &Ctx) -> Result<Vec<SessionInfo>, StoreError> {
-    let rows = client
-        .query(
-            &format!("SELECT {SESSION_COLUMNS} FROM sessions s ORDER BY s.updated_at DESC, s.name"),
-            &[],
-        )
-        .await
-        .map_err(|e| ctx.err(e))?;
+    let rows = sql::query(
+        client,
+        ctx,
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions s ORDER BY s.updated_at DESC, s.name"),
+        &[],
+    )
+    .await?;
     rows.iter().map(session_info).collect()
 }
 
@@ -86,10 +102,7 @@ pub(super) async fn delete_session(
         Err(e) => return Err(e),
     };
     // Everything of the session goes with it (foreign keys cascade), its lease and grants too.
-    let deleted = tx
-        .execute("DELETE FROM sessions WHERE id = $1", &[&id.as_str()])
-        .await
-        .map_err(|e| ctx.err(e))?;
+    let deleted = sql::execute(&tx, ctx, "DELETE FROM sessions WHERE id = $1", &[&id.as_str()]).await?;
     commit(tx, ctx).await?;
     Ok(deleted > 0)
 }
@@ -103,11 +116,12 @@ pub(super) async fn set_config(
 ) -> Result<(), StoreError> {
     let ctx = &inner.ctx;
     let tx = write_tx(client, inner, id, token).await?;
-    tx.execute(
+    sql::execute(
+        &tx,
+        ctx,
         "UPDATE sessions SET config = $2, updated_at = now() WHERE id = $1",
         &[&id.as_str(), &config],
     )
-    .await
-    .map_err(|e| ctx.err(e))?;
+    .await?;
     commit(tx, ctx).await
 }

@@ -185,3 +185,68 @@ async fn writes_at_once_share_transactions_and_each_gets_its_own_answer() {
     }
     assert!(b.messages(&lost.id).await.unwrap().is_empty());
 }
+
+/// Controls sent, taken, answered and read back at the same moment share statements; each
+/// still reaches its own session, in the order it was sent, and each answer its own sender. A
+/// control to a session that does not exist is refused alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controls_at_once_each_reach_their_session_and_each_answer_its_sender() {
+    let Some((_, holder, sender)) = two_nodes().await else {
+        return;
+    };
+    let mut sessions = Vec::new();
+    for n in 0..8 {
+        let session = holder
+            .create_session(&format!("s{n}"), &serde_json::json!({}))
+            .await
+            .unwrap();
+        let lease = holder.acquire(&session.id).await.unwrap();
+        sessions.push((session.id, lease));
+    }
+    let sent = futures::future::join_all(sessions.iter().enumerate().map(|(n, (id, _))| {
+        let sender = sender.clone();
+        async move {
+            let mut ids = Vec::new();
+            for k in 0..3 {
+                ids.push(sender.send_control(id, &format!("{n}.{k}")).await.unwrap());
+            }
+            ids
+        }
+    }));
+    let nowhere = crate::SessionId::random();
+    let missing = sender.send_control(&nowhere, "lost");
+    let (sent, missing) = tokio::join!(sent, missing);
+    assert!(
+        matches!(missing, Err(StoreError::SessionNotFound(_))),
+        "{missing:?}"
+    );
+    let taken =
+        futures::future::join_all(sessions.iter().map(|(_, lease)| holder.take_controls(lease))).await;
+    for (n, (taken, ids)) in taken.into_iter().zip(&sent).enumerate() {
+        let expected: Vec<(u64, String)> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, id)| (*id, format!("{n}.{k}")))
+            .collect();
+        assert_eq!(taken.unwrap(), expected);
+    }
+    // Taken once only.
+    assert!(holder.take_controls(&sessions[0].1).await.unwrap().is_empty());
+    let all: Vec<u64> = sent.iter().flatten().copied().collect();
+    let (answered, unanswered) = all.split_at(all.len() - 1);
+    let holder = &holder;
+    futures::future::join_all(
+        answered
+            .iter()
+            .map(|id| async move { holder.answer_control(*id, &format!("answer to {id}")).await }),
+    )
+    .await
+    .into_iter()
+    .collect::<Result<Vec<()>, _>>()
+    .unwrap();
+    let read = futures::future::join_all(all.iter().map(|id| sender.control_answer(*id))).await;
+    for (id, answer) in all.iter().zip(read) {
+        let expected = (!unanswered.contains(id)).then(|| format!("answer to {id}"));
+        assert_eq!(answer.unwrap(), expected);
+    }
+}

@@ -8,6 +8,7 @@
 
 use deadpool_postgres::{Object, Transaction};
 
+use super::sql;
 use super::{Ctx, Inner};
 use crate::{SessionId, StoreError};
 
@@ -37,13 +38,10 @@ pub(super) async fn write_tx<'c>(
 
 /// Why a lease could not be renewed: the session was deleted, or another writer took it.
 async fn lost_or_gone(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> StoreError {
-    match tx
-        .query_opt("SELECT 1 FROM sessions WHERE id = $1", &[&id.as_str()])
-        .await
-    {
+    match sql::query_opt(tx, ctx, "SELECT 1 FROM sessions WHERE id = $1", &[&id.as_str()]).await {
         Ok(Some(_)) => StoreError::LeaseLost { session: id.clone() },
         Ok(None) => StoreError::SessionNotFound(id.to_string()),
-        Err(e) => ctx.err(e),
+        Err(e) => e,
     }
 }
 

@@ -323,6 +323,12 @@ impl SessionStore for SqliteStore {
             .await
     }
 
+    async fn session_owner(&self, id: &SessionId) -> Result<Option<Option<String>>, StoreError> {
+        let id = id.clone();
+        self.run(move |conn, ctx| sessions::session_owner(conn, ctx, &id))
+            .await
+    }
+
     async fn session_named(&self, name: &str) -> Result<Option<SessionInfo>, StoreError> {
         let name = name.to_owned();
         self.run(move |conn, ctx| {

@@ -52,6 +52,17 @@ pub(super) fn session_where(
     row.map(session_info).transpose()
 }
 
+/// Whether session `id` exists, and its owner.
+pub(super) fn session_owner(
+    conn: &Connection,
+    ctx: &Ctx,
+    id: &SessionId,
+) -> Result<Option<Option<String>>, StoreError> {
+    conn.prepare_cached("SELECT owner FROM sessions WHERE id = ?1")
+        .and_then(|mut s| s.query_row([id.as_str()], |row| row.get(0)).optional())
+        .map_err(|e| ctx.err(e))
+}
+
 pub(super) fn sessions(conn: &mut Connection, ctx: &Ctx) -> Result<Vec<SessionInfo>, StoreError> {
     let rows = conn
         .prepare_cached(&format!(
