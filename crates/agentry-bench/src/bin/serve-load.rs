@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! serve-load --agentry PATH --mock-url URL [--sessions N] [--replies R] [--mock-pid PID]
-//!            [--db postgres://… --nodes K] [--cancel-probe] [--spread-ms MS]
+//!            [--db postgres://… --nodes K] [--cancel-probe] [--spread-ms MS] [--idle-wait-ms MS]
 //! ```
 //!
 //! It starts `agentry serve` on a fresh SQLite file (or `--nodes K` servers on the PostgreSQL
@@ -19,7 +19,10 @@
 //! - `server_cpu_ms_per_step`: the servers' CPU (utime + stime, all nodes) over the model calls
 //!   made (one per final assistant message); `mock_cpu_ms_per_step` the same for the mock when
 //!   `--mock-pid` is given;
-//! - `server_peak_rss_mb` and `rss_kb_per_session` (the nodes' peaks summed, over N).
+//! - `server_peak_rss_mb` and `rss_kb_per_session` (the nodes' peaks summed, over N);
+//! - `idle_rss_kb_per_session`: what the nodes hold per session once every reply ended and
+//!   `--idle-wait-ms` (default 1,000) passed, each client still streaming: their resident
+//!   memory then, less theirs before the first session was made, over N.
 //!
 //! With `--cancel-probe`, the mock's tool `add` is a script tool that asks for approval, and
 //! every client cancels each call as soon as its stream shows the question, through the node
@@ -54,6 +57,7 @@ struct Args {
     nodes: usize,
     cancel_probe: bool,
     spread: Duration,
+    idle_wait: Duration,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -67,6 +71,7 @@ fn args() -> anyhow::Result<Args> {
         nodes: 1,
         cancel_probe: false,
         spread: Duration::ZERO,
+        idle_wait: Duration::from_secs(1),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,6 +86,7 @@ fn args() -> anyhow::Result<Args> {
             "--nodes" => args.nodes = value()?.parse::<usize>()?.max(1),
             "--cancel-probe" => args.cancel_probe = true,
             "--spread-ms" => args.spread = Duration::from_millis(value()?.parse()?),
+            "--idle-wait-ms" => args.idle_wait = Duration::from_millis(value()?.parse()?),
             other => bail!("unknown option {other}"),
         }
     }
@@ -102,10 +108,18 @@ fn cpu_s(pid: &str) -> Option<f64> {
 }
 
 fn peak_rss_kb(pid: &str) -> Option<f64> {
+    status_kb(pid, "VmHWM:")
+}
+
+fn rss_kb(pid: &str) -> Option<f64> {
+    status_kb(pid, "VmRSS:")
+}
+
+fn status_kb(pid: &str, field: &str) -> Option<f64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
+        .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
         .parse()
@@ -266,6 +280,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let pids: Vec<String> = nodes.iter().map(|(server, _)| server.id().to_string()).collect();
     let bases: Vec<String> = nodes.iter().map(|(_, base)| base.clone()).collect();
+    let nodes_rss = || -> f64 { pids.iter().map(|pid| rss_kb(pid).unwrap_or(0.0)).sum() };
+    let rss_before = nodes_rss();
 
     let client = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
     let tally = Arc::new(Tally::default());
@@ -349,6 +365,9 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     };
     let rss_kb: f64 = pids.iter().map(|pid| peak_rss_kb(pid).unwrap_or(0.0)).sum();
+    // Every session idle, its client still streaming: what the nodes keep for it.
+    tokio::time::sleep(args.idle_wait).await;
+    let rss_idle = nodes_rss();
     for (mut server, _) in nodes {
         let _ = Command::new("kill")
             .args(["-TERM", &server.id().to_string()])
@@ -376,6 +395,7 @@ async fn main() -> anyhow::Result<()> {
         "mock_cpu_ms_per_step": mock.map(|m| (m * 1000.0 / steps * 1000.0).round() / 1000.0),
         "server_peak_rss_mb": (rss_kb / 1024.0 * 10.0).round() / 10.0,
         "rss_kb_per_session": (rss_kb / args.sessions as f64).round(),
+        "idle_rss_kb_per_session": ((rss_idle - rss_before) / args.sessions as f64).round(),
     });
     if args.cancel_probe {
         result["cancels"] = json!(cancels.len());

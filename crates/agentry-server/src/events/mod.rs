@@ -1,5 +1,8 @@
 //! A session's events as the server hands them out: each serialized once, numbered, kept in a
-//! bounded backlog for clients that reconnect (`Last-Event-ID`), and sent live to every client.
+//! bounded backlog, which every client's stream reads from its own place: clients that
+//! reconnect (`Last-Event-ID`) and live ones alike, woken when an event comes. (A ring of
+//! the events for each session's live clients, as a broadcast channel keeps, cost 57 KB per
+//! session before any event.)
 //!
 //! A client that falls more than the live buffer behind never slows the agent or the other
 //! clients: it is told to reconnect from its last id (event `resume`), and its stream ends.
@@ -18,7 +21,7 @@ use agentry::agent::AgentEvent;
 use agentry_store::{SessionMemory, StoreError, StoredEvent};
 use axum::response::sse::Event;
 use futures::Stream;
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 
 pub use durable::EventWriter;
 pub(crate) use durable::last_handed_out;
@@ -42,8 +45,9 @@ pub struct Numbered {
 
 /// A session's event log.
 pub struct EventLog {
-    inner: Mutex<Backlog>,
-    live: broadcast::Sender<Numbered>,
+    inner: Arc<Mutex<Backlog>>,
+    /// Wakes the streams when an event comes or the log closes.
+    wake: watch::Sender<()>,
     durable: Option<DurableLog>,
     /// One push at a time, so that ids are reserved in the store in the order they are given.
     pushing: tokio::sync::Mutex<()>,
@@ -79,12 +83,12 @@ pub enum ResumeError {
 impl EventLog {
     fn starting_at(next_id: u64, durable: Option<DurableLog>) -> Self {
         EventLog {
-            inner: Mutex::new(Backlog {
+            inner: Arc::new(Mutex::new(Backlog {
                 next_id,
                 kept: VecDeque::new(),
                 closed: false,
-            }),
-            live: broadcast::channel(LIVE_BUFFER).0,
+            })),
+            wake: watch::Sender::new(()),
             durable,
             pushing: tokio::sync::Mutex::new(()),
             final_only: false,
@@ -105,7 +109,7 @@ impl EventLog {
         self
     }
 
-    /// Numbers `event`, keeps it and sends it to the live clients.
+    /// Numbers `event`, keeps it and wakes the live clients.
     pub async fn push(&self, event: &AgentEvent) {
         if self.final_only && matches!(event, AgentEvent::Message { last: false, .. }) {
             return;
@@ -125,7 +129,7 @@ impl EventLog {
             // unable to resume across a restart.
             tracing::warn!(error = %e, "event ids could not be reserved in the store");
         }
-        let mut backlog = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backlog = self.lock();
         let numbered = Numbered {
             id: backlog.next_id,
             json,
@@ -135,7 +139,6 @@ impl EventLog {
         if backlog.kept.len() == BACKLOG {
             backlog.kept.pop_front();
         }
-        backlog.kept.push_back(numbered.clone());
         if let Some(durable) = &self.durable
             && !matches!(event, AgentEvent::Message { last: false, .. })
         {
@@ -145,9 +148,9 @@ impl EventLog {
                 recorded_at: chrono::DateTime::from_timestamp_micros(numbered.at_us as i64),
             });
         }
-        // Under the lock, so that a client subscribing sees each event once: in the backlog
-        // or live, never in both and never in neither.
-        let _ = self.live.send(numbered);
+        backlog.kept.push_back(numbered);
+        drop(backlog);
+        self.wake.send_replace(());
     }
 
     /// Writes what the store has yet to keep, then ends every stream once it has sent what
@@ -163,19 +166,17 @@ impl EventLog {
                 tracing::debug!(error = %e, "the reserved event ids stay reserved");
             }
         }
-        let mut backlog = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        backlog.closed = true;
-        // Id 0 is never an event's: it marks the end.
-        let _ = self.live.send(Numbered {
-            id: 0,
-            json: Arc::from(""),
-            at_us: 0,
-        });
+        self.lock().closed = true;
+        self.wake.send_replace(());
     }
 
     /// The id of the last event (0 before any).
     pub fn last_id(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).next_id - 1
+        self.lock().next_id - 1
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Backlog> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The events after `after`, then the live ones as they come. Events older than the
@@ -184,8 +185,8 @@ impl EventLog {
         &self,
         after: u64,
     ) -> Result<impl Stream<Item = Result<Event, Infallible>> + Send + 'static, ResumeError> {
-        let (stored, kept, live, closed) = {
-            let backlog = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (stored, live_from) = {
+            let backlog = self.lock();
             let last = backlog.next_id - 1;
             let oldest = backlog.kept.front().map_or(backlog.next_id, |e| e.id);
             if after > last {
@@ -193,69 +194,78 @@ impl EventLog {
             }
             let stored = match &self.durable {
                 _ if after + 1 >= oldest => None,
-                Some(durable) => Some(durable.reader(after, oldest)),
+                Some(durable) => Some((durable.reader(after, oldest), oldest - 1)),
                 None => return Err(ResumeError::TooOld { oldest }),
             };
-            let kept: Vec<Numbered> = backlog.kept.iter().filter(|e| e.id > after).cloned().collect();
-            (stored, kept, self.live.subscribe(), backlog.closed)
+            (stored, last)
         };
         let state = Delivery {
             stored,
             page: Vec::new().into_iter(),
-            kept: kept.into_iter(),
-            live,
+            backlog: Arc::clone(&self.inner),
+            wake: self.wake.subscribe(),
+            ready: VecDeque::new(),
             sent: after,
+            live_from,
             ended: false,
-            closed,
         };
         Ok(futures::stream::unfold(state, |mut state| async move {
             if state.ended {
                 return None;
             }
-            let next = loop {
+            let event = loop {
                 if let Some(event) = state.page.next() {
-                    break Ok(Numbered {
+                    break Numbered {
                         id: event.id,
                         json: event.body.into(),
                         at_us: 0,
-                    });
-                }
-                let Some(stored) = &mut state.stored else {
-                    break match state.kept.next() {
-                        Some(event) => Ok(event),
-                        None if state.closed => return None,
-                        None => state.live.recv().await,
                     };
-                };
-                match stored.next_page().await {
-                    Ok(page) if page.is_empty() => state.stored = None,
-                    Ok(page) => state.page = page.into_iter(),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "kept events could not be read");
+                }
+                if let Some(event) = state.ready.pop_front() {
+                    break event;
+                }
+                if let Some((stored, until)) = &mut state.stored {
+                    match stored.next_page().await {
+                        Ok(page) if page.is_empty() => {
+                            // Ids the store does not keep (streamed states) are not missed.
+                            state.sent = state.sent.max(*until);
+                            state.stored = None;
+                        }
+                        Ok(page) => state.page = page.into_iter(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "kept events could not be read");
+                            state.ended = true;
+                            return Some((Ok(resume("store_error", state.sent)), state));
+                        }
+                    }
+                    continue;
+                }
+                // Seen before looking, so that an event pushed after the look wakes the wait.
+                state.wake.borrow_and_update();
+                match state.fetch() {
+                    Fetched::Events => {}
+                    Fetched::Closed => return None,
+                    Fetched::TooSlow => {
                         state.ended = true;
-                        return Some((Ok(resume("store_error", state.sent)), state));
+                        return Some((Ok(resume("too_slow", state.sent)), state));
+                    }
+                    Fetched::Nothing => {
+                        if state.wake.changed().await.is_err() {
+                            // The log is gone without closing: nothing more comes.
+                            return None;
+                        }
                     }
                 }
             };
-            match next {
-                Ok(event) if event.id == 0 => None,
-                Ok(event) => {
-                    state.sent = event.id;
-                    let mut sse = Event::default();
-                    if event.at_us != 0 {
-                        // The comment (ignored by clients) says when the server recorded the
-                        // event, so that a client can measure how long its delivery took.
-                        sse = sse.comment(format!("at_us={}", event.at_us));
-                    }
-                    let sse = sse.id(event.id.to_string()).event("agent").data(&*event.json);
-                    Some((Ok(sse), state))
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    state.ended = true;
-                    Some((Ok(resume("too_slow", state.sent)), state))
-                }
-                Err(broadcast::error::RecvError::Closed) => None,
+            state.sent = event.id;
+            let mut sse = Event::default();
+            if event.at_us != 0 {
+                // The comment (ignored by clients) says when the server recorded the event, so
+                // that a client can measure how long its delivery took.
+                sse = sse.comment(format!("at_us={}", event.at_us));
             }
+            let sse = sse.id(event.id.to_string()).event("agent").data(&*event.json);
+            Some((Ok(sse), state))
         }))
     }
 }
@@ -272,19 +282,61 @@ fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
+/// Events a stream takes from the backlog at a time.
+const FETCH: usize = 64;
+
 /// Where one client's stream is.
 struct Delivery {
-    /// Events older than the backlog, still to read from the store.
-    stored: Option<StoredEvents>,
+    /// Events older than the backlog, still to read from the store, and the last id that read
+    /// covers.
+    stored: Option<(StoredEvents, u64)>,
     /// The page of them being sent.
     page: std::vec::IntoIter<StoredEvent>,
-    kept: std::vec::IntoIter<Numbered>,
-    live: broadcast::Receiver<Numbered>,
+    backlog: Arc<Mutex<Backlog>>,
+    wake: watch::Receiver<()>,
+    /// Events taken from the backlog, to send.
+    ready: VecDeque<Numbered>,
     /// The id of the last event sent.
     sent: u64,
+    /// The last id when the stream started: the client may fall [`LIVE_BUFFER`] events behind
+    /// the ones pushed after it.
+    live_from: u64,
     ended: bool,
-    /// The log was closed when the stream started: it ends after the kept events.
-    closed: bool,
+}
+
+/// What a stream found in the backlog.
+enum Fetched {
+    /// Events to send, now in its `ready`.
+    Events,
+    /// Nothing yet.
+    Nothing,
+    /// Nothing, and nothing more comes.
+    Closed,
+    /// The client fell too far behind.
+    TooSlow,
+}
+
+impl Delivery {
+    /// Takes the next events after the last sent from the backlog.
+    fn fetch(&mut self) -> Fetched {
+        let backlog = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        let last = backlog.next_id - 1;
+        if last <= self.sent {
+            return match backlog.closed {
+                true => Fetched::Closed,
+                false => Fetched::Nothing,
+            };
+        }
+        let oldest = backlog.kept.front().map_or(backlog.next_id, |e| e.id);
+        if last - self.sent.max(self.live_from) > LIVE_BUFFER as u64 || self.sent + 1 < oldest {
+            return Fetched::TooSlow;
+        }
+        // Ids in the backlog follow each other.
+        let skip = usize::try_from(self.sent + 1 - oldest).unwrap_or(usize::MAX);
+        self.ready
+            .extend(backlog.kept.iter().skip(skip).take(FETCH).cloned());
+        Fetched::Events
+    }
 }
 
 #[cfg(test)]
@@ -337,6 +389,30 @@ mod tests {
         );
         assert!(slow.next().await.is_none(), "its stream ends");
         assert_eq!(log.last_id(), LIVE_BUFFER as u64 + 10, "nothing was held up");
+    }
+
+    #[tokio::test]
+    async fn every_waiting_stream_is_woken_by_each_event_in_order() {
+        let log = EventLog::default();
+        let mut streams: Vec<_> = (0..2).map(|_| Box::pin(log.stream_after(0).unwrap())).collect();
+        for n in 1..=3u64 {
+            for stream in &mut streams {
+                assert!(futures::poll!(stream.next()).is_pending(), "nothing to send yet");
+            }
+            log.push(&event(n)).await;
+            for stream in &mut streams {
+                let sent = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+                    .await
+                    .expect("the event woke the stream")
+                    .unwrap();
+                let text = wire(futures::stream::iter([sent])).await;
+                assert!(text.contains(&format!("id: {n}\n")), "{text}");
+            }
+        }
+        log.close().await;
+        for stream in &mut streams {
+            assert!(stream.next().await.is_none(), "the stream ends with the log");
+        }
     }
 
     // On one thread, the writer runs only when the test waits: what it wrote by the end, it
