@@ -36,6 +36,7 @@ mod cluster;
 mod control;
 mod error;
 mod events;
+mod idle;
 mod log_tails;
 mod loopback_guard;
 mod openapi;
@@ -117,8 +118,10 @@ impl Server {
     /// A server of `store`'s sessions, their agents made by `factory`; `toolkit` is what
     /// `GET /v1/tools` lists (the factory's agents should have these tools).
     pub fn new(store: Arc<dyn SessionStore>, toolkit: Toolkit, factory: AgentFactory) -> Self {
+        let mut state = AppState::new(store, factory, toolkit);
+        state.idle_unload = Some(idle::DEFAULT_IDLE_UNLOAD);
         Server {
-            state: Arc::new(AppState::new(store, factory, toolkit)),
+            state: Arc::new(state),
             guard: LoopbackGuard::default(),
             retain: None,
         }
@@ -130,6 +133,17 @@ impl Server {
     /// quarter of `retain` (at most every hour).
     pub fn retain(mut self, retain: std::time::Duration) -> Self {
         self.retain = Some(retain);
+        self
+    }
+
+    /// Unloads a session unused for `idle` (no request, no reply; default 60 s, `None`:
+    /// never): its memory and writer lease are given back, its clients' streams stay open, and
+    /// the next request loads it again. On a store shared with other nodes a session is
+    /// unloaded as soon as its reply ends, whatever this says.
+    pub fn unload_idle_after(mut self, idle: Option<std::time::Duration>) -> Self {
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            state.idle_unload = idle;
+        }
         self
     }
 

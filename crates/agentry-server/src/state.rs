@@ -12,7 +12,7 @@ use agentry_store::{PendingApprovals, SessionId, SessionMemory, SessionStore};
 use tokio::sync::Mutex;
 
 use crate::error::ApiError;
-use crate::events::{EventLog, EventWriter};
+use crate::events::{EventLog, EventWriter, LogCore};
 use crate::users::Caller;
 
 /// Starts the agent of a session: its model, tools, prompt and hooks, given the user the
@@ -32,6 +32,9 @@ pub struct LiveSession {
     /// On a store shared by several nodes: the server that unloads the session once its reply
     /// ended, so that its lease lets any node run the next one.
     unload_when_idle: Option<Weak<AppState>>,
+    /// Counts the uses of the session (requests, replies ended): one that did not change for
+    /// the idle time lets it be unloaded (see [`crate::idle`]).
+    uses: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl LiveSession {
@@ -44,6 +47,16 @@ impl LiveSession {
             }
             ended.await;
         }
+    }
+
+    /// Counts a use of the session.
+    pub(crate) fn touch(&self) {
+        self.uses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The uses of the session so far.
+    pub(crate) fn uses(&self) -> u64 {
+        self.uses.load(Ordering::Relaxed)
     }
 
     /// Whether a reply runs.
@@ -67,6 +80,7 @@ impl LiveSession {
         let ended = Arc::clone(&self.reply_ended);
         let memory = Arc::clone(&self.memory);
         let unload = self.unload_when_idle.clone();
+        let uses = Arc::clone(&self.uses);
         tokio::spawn(async move {
             let mut finished = false;
             while let Some(event) = run.next_event().await {
@@ -92,6 +106,7 @@ impl LiveSession {
                 replying.store(false, Ordering::SeqCst);
                 ended.notify_waiters();
             }
+            uses.fetch_add(1, Ordering::Relaxed);
             // This task's hold on the session goes first: unloading gives its lease back.
             let id = memory.session().id.clone();
             drop(memory);
@@ -119,6 +134,12 @@ pub struct AppState {
     /// The sessions unloaded here, while something of this process (a call still winding
     /// down) keeps their memory, and so their lease, alive.
     released: std::sync::Mutex<HashMap<SessionId, std::sync::Weak<SessionMemory>>>,
+    /// On a store of this node alone: how long a session stays loaded without use (see
+    /// [`crate::idle`]).
+    pub(crate) idle_unload: Option<std::time::Duration>,
+    /// The event logs of the sessions unloaded while idle that clients still stream from: a
+    /// load continues them.
+    pub(crate) cores: std::sync::Mutex<HashMap<SessionId, std::sync::Weak<LogCore>>>,
     /// Writes the sessions' events to the store (started with the first session loaded).
     event_writer: std::sync::OnceLock<EventWriter>,
     /// Cancelled when the server stops: new replies and streams are refused.
@@ -148,6 +169,8 @@ impl AppState {
             loading: std::sync::Mutex::default(),
             unloading: std::sync::Mutex::default(),
             released: std::sync::Mutex::default(),
+            idle_unload: None,
+            cores: std::sync::Mutex::default(),
             event_writer: std::sync::OnceLock::new(),
             stopping: tokio_util::sync::CancellationToken::new(),
             answers: crate::control::Answers::default(),
@@ -159,6 +182,7 @@ impl AppState {
     /// were waiting for approval: their reply resumes at once.
     pub async fn live(self: &Arc<Self>, id: &SessionId) -> Result<Arc<LiveSession>, ApiError> {
         if let Some(session) = self.loaded(id).await {
+            session.touch();
             return Ok(session);
         }
         let gate = Arc::clone(
@@ -200,10 +224,12 @@ impl AppState {
             .event_writer
             .get_or_init(|| EventWriter::start(Arc::clone(&self.store)))
             .clone();
-        let events = EventLog::durable(&memory, writer).await?;
         let events = Arc::new(match self.is_clustered() {
-            true => events.final_only(),
-            false => events,
+            true => EventLog::durable(&memory, writer).await?.final_only(),
+            false => match crate::idle::core_of(self, id) {
+                Some(core) => EventLog::durable_continuing(&memory, writer, core).await?,
+                None => EventLog::durable(&memory, writer).await?,
+            },
         });
         let session = Arc::new(LiveSession {
             memory,
@@ -212,8 +238,10 @@ impl AppState {
             replying: Arc::new(AtomicBool::new(false)),
             reply_ended: Arc::new(tokio::sync::Notify::new()),
             unload_when_idle: self.is_clustered().then(|| Arc::downgrade(self)),
+            uses: Arc::default(),
         });
         self.live.lock().await.insert(id.clone(), Arc::clone(&session));
+        crate::idle::watch(self, id, &session);
         if waiting {
             session.start(ReActAgent::start_resumed_reply);
         } else if self.is_clustered() {
@@ -279,6 +307,31 @@ impl AppState {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id.clone(), Arc::downgrade(&session.memory));
         drop(session);
+        self.unloading().remove(id);
+        unloaded.notify_waiters();
+    }
+
+    /// Unloads session `session`, loaded as `id`, if nothing else uses it (no request holds it,
+    /// no reply runs): its events are written and its memory and lease given back, while its
+    /// streams stay open on its log's core (see [`crate::idle`]).
+    pub(crate) async fn unload_unused(&self, id: &SessionId, session: Arc<LiveSession>) {
+        {
+            let mut live = self.live.lock().await;
+            // Here and in the map only: a request holding it is about to use it.
+            let unused = live.get(id).is_some_and(|s| Arc::ptr_eq(s, &session))
+                && Arc::strong_count(&session) == 2
+                && !session.is_replying();
+            if !unused {
+                return;
+            }
+            live.remove(id);
+        }
+        // A request arriving meanwhile waits for the lease to be given back.
+        let unloaded = Arc::new(tokio::sync::Notify::new());
+        self.unloading().insert(id.clone(), Arc::clone(&unloaded));
+        session.events.release().await;
+        drop(session);
+        tracing::debug!(session = %id, "unloaded while idle");
         self.unloading().remove(id);
         unloaded.notify_waiters();
     }
@@ -363,6 +416,7 @@ impl AppState {
         for session in &sessions {
             session.events.close().await;
         }
+        crate::idle::close_unloaded(self);
     }
 
     /// Unloads session `id` (its lease is given back once nothing uses it).

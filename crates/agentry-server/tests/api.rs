@@ -480,3 +480,58 @@ async fn a_plan_streams_as_plan_changed_events_and_is_part_of_the_session() {
     assert!(!shown["messages"].to_string().contains("system-hint"));
     server.fake.assert_no_violations();
 }
+
+/// A session unused for the idle time is unloaded (its writer lease given back: another
+/// process may open it) while its client keeps streaming; the next message loads it again, and
+/// the open stream gets that reply, its ids following on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_unloaded_and_its_open_stream_gets_the_next_reply() {
+    use agentry_store::{SessionId, SessionStore, SqliteStore, StoreError};
+    let server = Harness::start_configured(
+        FakeLlm::start().await,
+        tempfile::tempdir().unwrap(),
+        Security::Loopback,
+        |server| server.unload_idle_after(Some(std::time::Duration::from_millis(200))),
+    )
+    .await;
+    let id = server.session("idle").await;
+    server.fake.push(Reply::text("First."));
+    server.fake.push(Reply::text("Second."));
+    let mut events = server.events(&id, None).await;
+    let (status, _) = server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "hi"}))
+        .await;
+    assert_eq!(status, 202);
+    let first = events.reply().await;
+    assert_eq!(answer(&first), "First.");
+
+    let other = SqliteStore::open(server.dir.path().join("s.db")).unwrap();
+    let session = SessionId::new(id.as_str());
+    let lease = crate::common::within("the idle session's unload", async {
+        loop {
+            match other.acquire(&session).await {
+                Ok(lease) => return lease,
+                Err(StoreError::SessionBusy { .. }) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    drop(lease);
+    drop(other);
+
+    let (status, started) = server
+        .post(&format!("/v1/sessions/{id}/messages"), json!({"text": "again"}))
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let second = events.reply().await;
+    assert_eq!(answer(&second), "Second.");
+    assert_eq!(
+        ids(&second)[0],
+        ids(&first).last().unwrap() + 1,
+        "the stream goes on with the next id"
+    );
+    server.fake.assert_no_violations();
+}

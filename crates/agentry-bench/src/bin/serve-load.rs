@@ -4,6 +4,7 @@
 //! ```text
 //! serve-load --agentry PATH --mock-url URL [--sessions N] [--replies R] [--mock-pid PID]
 //!            [--db postgres://… --nodes K] [--cancel-probe] [--spread-ms MS] [--idle-wait-ms MS]
+//!            [--unload-idle DURATION]
 //! ```
 //!
 //! It starts `agentry serve` on a fresh SQLite file (or `--nodes K` servers on the PostgreSQL
@@ -22,7 +23,8 @@
 //! - `server_peak_rss_mb` and `rss_kb_per_session` (the nodes' peaks summed, over N);
 //! - `idle_rss_kb_per_session`: what the nodes hold per session once every reply ended and
 //!   `--idle-wait-ms` (default 1,000) passed, each client still streaming: their resident
-//!   memory then, less theirs before the first session was made, over N.
+//!   memory then, less theirs before the first session was made, over N (`--unload-idle`
+//!   is passed to the nodes: a session unused that long is unloaded).
 //!
 //! With `--cancel-probe`, the mock's tool `add` is a script tool that asks for approval, and
 //! every client cancels each call as soon as its stream shows the question, through the node
@@ -58,6 +60,7 @@ struct Args {
     cancel_probe: bool,
     spread: Duration,
     idle_wait: Duration,
+    unload_idle: Option<String>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -72,6 +75,7 @@ fn args() -> anyhow::Result<Args> {
         cancel_probe: false,
         spread: Duration::ZERO,
         idle_wait: Duration::from_secs(1),
+        unload_idle: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -87,6 +91,7 @@ fn args() -> anyhow::Result<Args> {
             "--cancel-probe" => args.cancel_probe = true,
             "--spread-ms" => args.spread = Duration::from_millis(value()?.parse()?),
             "--idle-wait-ms" => args.idle_wait = Duration::from_millis(value()?.parse()?),
+            "--unload-idle" => args.unload_idle = Some(value()?),
             other => bail!("unknown option {other}"),
         }
     }
@@ -428,6 +433,9 @@ fn start_node(args: &Args, db: &str, tools: Option<&str>) -> anyhow::Result<(std
     ]);
     if let Some(tools) = tools {
         server.args(["--tools-dir", tools]);
+    }
+    if let Some(idle) = &args.unload_idle {
+        server.args(["--unload-idle", idle]);
     }
     let mut server = server
         .env(

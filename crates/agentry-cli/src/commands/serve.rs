@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// (long-term memories stay): `30d`, `12h`, `90m`, `45s` [default: keep everything]
     #[arg(long, value_name = "DURATION", value_parser = crate::config::parse_retention)]
     pub retain: Option<std::time::Duration>,
+    /// Unload a session unused for this long (its clients' streams stay open; the next
+    /// request loads it again): `60s`, `10m`
+    #[arg(long, value_name = "DURATION", value_parser = crate::config::parse_retention, default_value = "60s")]
+    pub unload_idle: std::time::Duration,
 }
 
 fn security(args: &ServeArgs) -> anyhow::Result<Security> {
@@ -123,6 +127,7 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(retain) = args.retain {
         server = server.retain(retain);
     }
+    server = server.unload_idle_after(Some(args.unload_idle));
     let addr = listener.local_addr()?;
     eprintln!("agentry serve: listening on http://{addr} (Ctrl-C or SIGTERM stops)");
     let served = server.serve(listener, security, stop_signal()).await;

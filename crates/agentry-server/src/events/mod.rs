@@ -43,11 +43,42 @@ pub struct Numbered {
     pub at_us: u64,
 }
 
-/// A session's event log.
-pub struct EventLog {
-    inner: Arc<Mutex<Backlog>>,
+/// What a session's log shares with its streams. A session unloaded while idle keeps it as
+/// long as a client streams from it, and the log made when the session is loaded again
+/// continues it (see [`EventLog::durable_continuing`]), so that its streams go on.
+pub struct LogCore {
+    backlog: Mutex<Backlog>,
     /// Wakes the streams when an event comes or the log closes.
     wake: watch::Sender<()>,
+}
+
+impl LogCore {
+    fn new(next_id: u64) -> Self {
+        LogCore {
+            backlog: Mutex::new(Backlog {
+                next_id,
+                kept: VecDeque::new(),
+                closed: false,
+            }),
+            wake: watch::Sender::new(()),
+        }
+    }
+
+    /// Ends every stream once it has sent what was pushed so far; later streams send what is
+    /// kept and end.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.wake.send_replace(());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Backlog> {
+        self.backlog.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A session's event log.
+pub struct EventLog {
+    core: Arc<LogCore>,
     durable: Option<DurableLog>,
     /// One push at a time, so that ids are reserved in the store in the order they are given.
     pushing: tokio::sync::Mutex<()>,
@@ -83,12 +114,7 @@ pub enum ResumeError {
 impl EventLog {
     fn starting_at(next_id: u64, durable: Option<DurableLog>) -> Self {
         EventLog {
-            inner: Arc::new(Mutex::new(Backlog {
-                next_id,
-                kept: VecDeque::new(),
-                closed: false,
-            })),
-            wake: watch::Sender::new(()),
+            core: Arc::new(LogCore::new(next_id)),
             durable,
             pushing: tokio::sync::Mutex::new(()),
             final_only: false,
@@ -100,6 +126,27 @@ impl EventLog {
     pub async fn durable(memory: &Arc<SessionMemory>, writer: EventWriter) -> Result<Self, StoreError> {
         let (durable, next_id) = DurableLog::open(memory, writer).await?;
         Ok(EventLog::starting_at(next_id, Some(durable)))
+    }
+
+    /// As [`EventLog::durable`], continuing `core`, the log of the session's previous load:
+    /// the streams still open on it get this log's events.
+    pub async fn durable_continuing(
+        memory: &Arc<SessionMemory>,
+        writer: EventWriter,
+        core: Arc<LogCore>,
+    ) -> Result<Self, StoreError> {
+        let (durable, next_id) = DurableLog::open(memory, writer).await?;
+        {
+            let mut backlog = core.lock();
+            // Never below an id handed out: the store may know of later ones.
+            backlog.next_id = backlog.next_id.max(next_id);
+        }
+        Ok(EventLog {
+            core,
+            durable: Some(durable),
+            pushing: tokio::sync::Mutex::new(()),
+            final_only: false,
+        })
     }
 
     /// This log with only the events the store keeps numbered (see [`EventLog::durable`]): the
@@ -150,7 +197,7 @@ impl EventLog {
         }
         backlog.kept.push_back(numbered);
         drop(backlog);
-        self.wake.send_replace(());
+        self.core.wake.send_replace(());
     }
 
     /// Writes what the store has yet to keep, then ends every stream once it has sent what
@@ -166,8 +213,28 @@ impl EventLog {
                 tracing::debug!(error = %e, "the reserved event ids stay reserved");
             }
         }
-        self.lock().closed = true;
-        self.wake.send_replace(());
+        self.core.close();
+    }
+
+    /// Writes what the store has yet to keep and gives back the ids reserved above the last,
+    /// then forgets the events in memory (the store has them): for a session unloaded while
+    /// idle, whose streams stay open on its [`LogCore`]. A client behind resumes from the
+    /// store.
+    pub async fn release(&self) {
+        let Some(durable) = &self.durable else {
+            return;
+        };
+        durable.flush().await;
+        if let Err(e) = durable.settle(self.last_id()).await {
+            tracing::debug!(error = %e, "the reserved event ids stay reserved");
+        }
+        let mut backlog = self.lock();
+        backlog.kept = VecDeque::new();
+    }
+
+    /// What this log shares with its streams.
+    pub fn core(&self) -> &Arc<LogCore> {
+        &self.core
     }
 
     /// The id of the last event (0 before any).
@@ -176,7 +243,7 @@ impl EventLog {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Backlog> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.core.lock()
     }
 
     /// The events after `after`, then the live ones as they come. Events older than the
@@ -202,8 +269,8 @@ impl EventLog {
         let state = Delivery {
             stored,
             page: Vec::new().into_iter(),
-            backlog: Arc::clone(&self.inner),
-            wake: self.wake.subscribe(),
+            core: Arc::clone(&self.core),
+            wake: self.core.wake.subscribe(),
             ready: VecDeque::new(),
             sent: after,
             live_from,
@@ -292,7 +359,7 @@ struct Delivery {
     stored: Option<(StoredEvents, u64)>,
     /// The page of them being sent.
     page: std::vec::IntoIter<StoredEvent>,
-    backlog: Arc<Mutex<Backlog>>,
+    core: Arc<LogCore>,
     wake: watch::Receiver<()>,
     /// Events taken from the backlog, to send.
     ready: VecDeque<Numbered>,
@@ -319,7 +386,7 @@ enum Fetched {
 impl Delivery {
     /// Takes the next events after the last sent from the backlog.
     fn fetch(&mut self) -> Fetched {
-        let backlog = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        let backlog = self.core.lock();
         let last = backlog.next_id - 1;
         if last <= self.sent {
             return match backlog.closed {
