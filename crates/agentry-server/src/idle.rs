@@ -37,11 +37,8 @@ pub(crate) fn watch(state: &Arc<AppState>, id: &SessionId, session: &Arc<LiveSes
     let Some(idle) = state.idle_unload else {
         return;
     };
+    let stopping = state.stopping.clone();
     let (state, session, id) = (Arc::downgrade(state), Arc::downgrade(session), id.clone());
-    let stopping = match state.upgrade() {
-        Some(state) => state.stopping.clone(),
-        None => return,
-    };
     tokio::spawn(async move {
         let mut seen = match session.upgrade() {
             Some(session) => session.uses(),

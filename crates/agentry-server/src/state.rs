@@ -297,18 +297,16 @@ impl AppState {
             }
         };
         let Some(session) = session else { return };
-        // A message arriving meanwhile waits for the lease to be given back here rather
-        // than find it held (see `load`).
-        let unloaded = Arc::new(tokio::sync::Notify::new());
-        self.unloading().insert(id.clone(), Arc::clone(&unloaded));
-        session.events.close().await;
-        self.released
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.clone(), Arc::downgrade(&session.memory));
-        drop(session);
-        self.unloading().remove(id);
-        unloaded.notify_waiters();
+        let events = Arc::clone(&session.events);
+        let memory = Arc::downgrade(&session.memory);
+        self.give_back(id, session, async move {
+            events.close().await;
+            self.released
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(id.clone(), memory);
+        })
+        .await;
     }
 
     /// Unloads session `session`, loaded as `id`, if nothing else uses it (no request holds it,
@@ -326,12 +324,26 @@ impl AppState {
             }
             live.remove(id);
         }
-        // A request arriving meanwhile waits for the lease to be given back.
+        let events = Arc::clone(&session.events);
+        self.give_back(id, session, async move { events.release().await })
+            .await;
+        tracing::debug!(session = %id, "unloaded while idle");
+    }
+
+    /// Gives back session `session`, just taken out of the map as `id`, once `finishing` (the
+    /// writing of its events) is done: its memory, and so its lease, goes with it. A request
+    /// arriving meanwhile waits for the lease to be given back here rather than find it held
+    /// (see `load`).
+    async fn give_back(
+        &self,
+        id: &SessionId,
+        session: Arc<LiveSession>,
+        finishing: impl Future<Output = ()>,
+    ) {
         let unloaded = Arc::new(tokio::sync::Notify::new());
         self.unloading().insert(id.clone(), Arc::clone(&unloaded));
-        session.events.release().await;
+        finishing.await;
         drop(session);
-        tracing::debug!(session = %id, "unloaded while idle");
         self.unloading().remove(id);
         unloaded.notify_waiters();
     }

@@ -113,8 +113,12 @@ pub enum ResumeError {
 
 impl EventLog {
     fn starting_at(next_id: u64, durable: Option<DurableLog>) -> Self {
+        EventLog::on(Arc::new(LogCore::new(next_id)), durable)
+    }
+
+    fn on(core: Arc<LogCore>, durable: Option<DurableLog>) -> Self {
         EventLog {
-            core: Arc::new(LogCore::new(next_id)),
+            core,
             durable,
             pushing: tokio::sync::Mutex::new(()),
             final_only: false,
@@ -141,12 +145,7 @@ impl EventLog {
             // Never below an id handed out: the store may know of later ones.
             backlog.next_id = backlog.next_id.max(next_id);
         }
-        Ok(EventLog {
-            core,
-            durable: Some(durable),
-            pushing: tokio::sync::Mutex::new(()),
-            final_only: false,
-        })
+        Ok(EventLog::on(core, Some(durable)))
     }
 
     /// This log with only the events the store keeps numbered (see [`EventLog::durable`]): the

@@ -9,6 +9,7 @@
 //! A failed statement fails none of them for the others: each request is then run alone, and
 //! answers as it would have without batching.
 
+use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use futures::future::BoxFuture;
@@ -73,19 +74,32 @@ where
 {
     /// Starts answering the requests (within a Tokio runtime) until the store is gone.
     pub(super) fn start(self, inner: &Arc<Inner>) {
-        tokio::spawn(answer_batches(Arc::downgrade(inner), self.waiting, self.run));
+        let run = self.run;
+        tokio::spawn(in_groups(
+            Arc::downgrade(inner),
+            self.waiting,
+            MOST,
+            IN_FLIGHT,
+            move |inner, group| answer(run, inner, group),
+        ));
     }
 }
 
-async fn answer_batches<Req, Resp>(
+/// Hands what waits on `waiting` to `handle` in groups: each group takes what waits when the
+/// previous one started (at most `most`), and `in_flight` groups run at once. Ends with the
+/// queue or the store. (Group commit gathers its writes the same way.)
+pub(super) async fn in_groups<J, F, Fut>(
     inner: Weak<Inner>,
-    mut waiting: mpsc::UnboundedReceiver<Waiting<Req, Resp>>,
-    run: RunBatch<Req, Resp>,
+    mut waiting: mpsc::UnboundedReceiver<J>,
+    most: usize,
+    in_flight: usize,
+    handle: F,
 ) where
-    Req: Clone + Send + 'static,
-    Resp: Send + 'static,
+    J: Send + 'static,
+    F: Fn(Arc<Inner>, Vec<J>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
 {
-    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    let in_flight = Arc::new(Semaphore::new(in_flight));
     loop {
         let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
             return;
@@ -94,17 +108,18 @@ async fn answer_batches<Req, Resp>(
             return;
         };
         let mut group = vec![first];
-        while group.len() < MOST {
+        while group.len() < most {
             match waiting.try_recv() {
-                Ok(request) => group.push(request),
+                Ok(job) => group.push(job),
                 Err(_) => break,
             }
         }
         let Some(inner) = inner.upgrade() else {
             return;
         };
+        let handled = handle(inner, group);
         tokio::spawn(async move {
-            answer(run, inner, group).await;
+            handled.await;
             drop(permit);
         });
     }

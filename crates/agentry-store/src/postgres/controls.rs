@@ -97,11 +97,6 @@ pub(super) async fn control_answer(inner: &Arc<Inner>, control: u64) -> Result<O
     inner.controls.answered.call(inner, control).await
 }
 
-/// A connection of the live path.
-async fn live(inner: &Inner) -> Result<Client, StoreError> {
-    inner.live.get().await.map_err(|e| inner.ctx.pool_err(e))
-}
-
 fn db_id(id: u64) -> i64 {
     i64::try_from(id).unwrap_or(i64::MAX)
 }
@@ -116,7 +111,7 @@ fn queue_controls(inner: Arc<Inner>, requests: Vec<(SessionId, String)>) -> Batc
             .iter()
             .map(|(id, body)| (id.as_str(), body.as_str()))
             .unzip();
-        let client = live(&inner).await?;
+        let client = inner.checkout(&inner.live).await?;
         // Queued in the order given (ids follow it); one notice per control.
         let rows = sql::query(
             &client,
@@ -155,7 +150,7 @@ fn take_queued(inner: Arc<Inner>, requests: Vec<(SessionId, i64)>) -> BatchAnswe
     Box::pin(async move {
         let (sessions, tokens): (Vec<&str>, Vec<i64>) =
             requests.iter().map(|(id, token)| (id.as_str(), *token)).unzip();
-        let client = live(&inner).await?;
+        let client = inner.checkout(&inner.live).await?;
         let rows = sql::query(
             &client,
             &inner.ctx,
@@ -192,7 +187,7 @@ fn store_answers(inner: Arc<Inner>, requests: Vec<(u64, String)>) -> BatchAnswer
             .iter()
             .map(|(control, answer)| (db_id(*control), answer.as_str()))
             .unzip();
-        let client = live(&inner).await?;
+        let client = inner.checkout(&inner.live).await?;
         sql::execute(
             &client,
             &inner.ctx,
@@ -213,7 +208,7 @@ fn store_answers(inner: Arc<Inner>, requests: Vec<(u64, String)>) -> BatchAnswer
 fn read_answers(inner: Arc<Inner>, requests: Vec<u64>) -> BatchAnswers<Option<String>> {
     Box::pin(async move {
         let controls: Vec<i64> = requests.iter().map(|control| db_id(*control)).collect();
-        let client = live(&inner).await?;
+        let client = inner.checkout(&inner.live).await?;
         let rows = sql::query(
             &client,
             &inner.ctx,

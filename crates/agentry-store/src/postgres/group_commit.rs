@@ -16,12 +16,13 @@
 
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
 use futures::future::{BoxFuture, join_all};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
+use super::batches::in_groups;
 use super::tx::{commit, touch, write_tx};
 use super::{Ctx, Inner};
 use crate::{SessionId, StoreError};
@@ -83,7 +84,13 @@ pub(super) struct Waiting(mpsc::UnboundedReceiver<Job>);
 
 /// Starts committing the writes of `waiting` (within a Tokio runtime) until the store is gone.
 pub(super) fn start(inner: &Arc<Inner>, waiting: Waiting) {
-    tokio::spawn(commit_groups(Arc::downgrade(inner), waiting.0));
+    tokio::spawn(in_groups(
+        Arc::downgrade(inner),
+        waiting.0,
+        MOST,
+        IN_FLIGHT,
+        |inner, group| async move { run_group(&inner, group).await },
+    ));
 }
 
 /// Writes session `id` under the lease token `token`: `write` gets `data` and a transaction
@@ -127,33 +134,6 @@ where
         .map_err(|_| StoreError::Database("a write answered with another type".into()))
 }
 
-/// Gathers the waiting writes into transactions, [`IN_FLIGHT`] at a time.
-async fn commit_groups(inner: Weak<Inner>, mut waiting: mpsc::UnboundedReceiver<Job>) {
-    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-    loop {
-        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
-            return;
-        };
-        let Some(first) = waiting.recv().await else {
-            return;
-        };
-        let mut group = vec![first];
-        while group.len() < MOST {
-            match waiting.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
-        }
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move {
-            run_group(&inner, group).await;
-            drop(permit);
-        });
-    }
-}
-
 /// Runs a group of writes in one transaction, or each alone when that fails.
 async fn run_group(inner: &Inner, group: Vec<Job>) {
     if group.len() == 1 {
@@ -186,7 +166,7 @@ async fn run_group(inner: &Inner, group: Vec<Job>) {
 /// not held (they run alone, to answer why).
 async fn together(inner: &Inner, group: &[Job]) -> Result<Vec<Option<Output>>, StoreError> {
     let ctx = &inner.ctx;
-    let mut client = inner.pool.get().await.map_err(|e| ctx.pool_err(e))?;
+    let mut client = inner.checkout(&inner.pool).await?;
     let tx = client.transaction().await.map_err(|e| ctx.err(e))?;
     let (sessions, tokens): (Vec<&str>, Vec<i64>) =
         group.iter().map(|job| (job.id.as_str(), job.token)).unzip();
@@ -261,7 +241,7 @@ async fn touch_all(tx: &Transaction<'_>, ctx: &Ctx, ids: &[&str]) -> Result<(), 
 async fn run_alone(inner: &Inner, job: Job) {
     let answer = async {
         let ctx = &inner.ctx;
-        let mut client = inner.pool.get().await.map_err(|e| ctx.pool_err(e))?;
+        let mut client = inner.checkout(&inner.pool).await?;
         let tx = write_tx(&mut client, inner, &job.id, job.token).await?;
         let output = job.work.run(&tx, ctx, &job.id).await?;
         touch(&tx, ctx, &job.id).await?;

@@ -46,7 +46,7 @@ impl Drop for LeaseGuard {
         let (inner, id, token) = (Arc::clone(&self.inner), self.id.clone(), self.token);
         runtime.spawn(async move {
             let released = async {
-                let client = inner.pool.get().await.map_err(|e| inner.ctx.pool_err(e))?;
+                let client = inner.checkout(&inner.pool).await?;
                 sql::execute(
                     &client,
                     &inner.ctx,
@@ -103,7 +103,7 @@ pub(super) async fn acquire(inner: &Arc<Inner>, id: &SessionId) -> Result<Lease,
 /// Takes the lease row; returns its new token.
 async fn take(inner: &Inner, id: &SessionId) -> Result<i64, StoreError> {
     let ctx = &inner.ctx;
-    let client = inner.pool.get().await.map_err(|e| ctx.pool_err(e))?;
+    let client = inner.checkout(&inner.pool).await?;
     let host = host_id();
     let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
     let holder = format!(

@@ -213,6 +213,13 @@ pub(crate) struct Inner {
     controls: controls::ControlBatches,
 }
 
+impl Inner {
+    /// A connection of `pool` (one of this store's).
+    async fn checkout(&self, pool: &Pool) -> Result<Object, StoreError> {
+        pool.get().await.map_err(|e| self.ctx.pool_err(e))
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(listener) = self
@@ -325,21 +332,17 @@ impl PostgresStore {
 
     /// A pooled connection.
     async fn client(&self) -> Result<Object, StoreError> {
-        self.checkout(&self.inner.pool).await
+        self.inner.checkout(&self.inner.pool).await
     }
 
     /// A connection of the live path (see [`Inner::live`]).
     async fn live_client(&self) -> Result<Object, StoreError> {
-        self.checkout(&self.inner.live).await
+        self.inner.checkout(&self.inner.live).await
     }
 
     /// A connection of the delivery path (see [`Inner::delivery`]).
     async fn delivery_client(&self) -> Result<Object, StoreError> {
-        self.checkout(&self.inner.delivery).await
-    }
-
-    async fn checkout(&self, pool: &Pool) -> Result<Object, StoreError> {
-        pool.get().await.map_err(|e| self.inner.ctx.pool_err(e))
+        self.inner.checkout(&self.inner.delivery).await
     }
 
     /// The session a write may touch, and its lease's token: the lease must be ours.
