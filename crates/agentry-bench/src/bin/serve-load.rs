@@ -4,7 +4,7 @@
 //! ```text
 //! serve-load --agentry PATH --mock-url URL [--sessions N] [--replies R] [--mock-pid PID]
 //!            [--db postgres://… --nodes K] [--cancel-probe] [--spread-ms MS] [--idle-wait-ms MS]
-//!            [--unload-idle DURATION]
+//!            [--unload-idle DURATION] [--think-ms MS]
 //! ```
 //!
 //! It starts `agentry serve` on a fresh SQLite file (or `--nodes K` servers on the PostgreSQL
@@ -37,6 +37,10 @@
 //! instead of all at once (by default every session starts at the same moment, and with a mock
 //! answering in a fixed time they stay in step: each call, cancel and event comes in bursts
 //! of N).
+//!
+//! With `--think-ms MS`, a session waits MS after each reply before it sends the next message,
+//! as a user reading the answer would: with `--spread-ms` as long, the messages come at a
+//! steady rate of N per MS, and the latencies measure the servers, not a queue for the CPU.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -59,6 +63,7 @@ struct Args {
     nodes: usize,
     cancel_probe: bool,
     spread: Duration,
+    think: Duration,
     idle_wait: Duration,
     unload_idle: Option<String>,
 }
@@ -74,6 +79,7 @@ fn args() -> anyhow::Result<Args> {
         nodes: 1,
         cancel_probe: false,
         spread: Duration::ZERO,
+        think: Duration::ZERO,
         idle_wait: Duration::from_secs(1),
         unload_idle: None,
     };
@@ -90,6 +96,7 @@ fn args() -> anyhow::Result<Args> {
             "--nodes" => args.nodes = value()?.parse::<usize>()?.max(1),
             "--cancel-probe" => args.cancel_probe = true,
             "--spread-ms" => args.spread = Duration::from_millis(value()?.parse()?),
+            "--think-ms" => args.think = Duration::from_millis(value()?.parse()?),
             "--idle-wait-ms" => args.idle_wait = Duration::from_millis(value()?.parse()?),
             "--unload-idle" => args.unload_idle = Some(value()?),
             other => bail!("unknown option {other}"),
@@ -333,12 +340,15 @@ async fn main() -> anyhow::Result<()> {
     for (n, (id, mut done)) in ids.iter().cloned().zip(waits).enumerate() {
         let client = client.clone();
         let base = bases[n % bases.len()].clone();
-        let replies = args.replies;
+        let (replies, think) = (args.replies, args.think);
         let start_at =
             tokio::time::Instant::from_std(started) + args.spread * n as u32 / args.sessions.max(1) as u32;
         runs.push(tokio::spawn(async move {
             tokio::time::sleep_until(start_at).await;
             for r in 0..replies {
+                if r > 0 {
+                    tokio::time::sleep(think).await;
+                }
                 let sent = client
                     .post(format!("{base}/v1/sessions/{id}/messages"))
                     .header("content-type", "application/json")
@@ -391,6 +401,7 @@ async fn main() -> anyhow::Result<()> {
         "sessions": args.sessions,
         "replies_per_session": args.replies,
         "spread_ms": args.spread.as_millis() as u64,
+        "think_ms": args.think.as_millis() as u64,
         "steps": steps,
         "wall_s": (wall * 100.0).round() / 100.0,
         "events_lost": tally.lost.load(Ordering::Relaxed),

@@ -1,7 +1,7 @@
 //! Approval records (see [`crate::ApprovalState`]): asked, decided, and consumed by the start
 //! of their call, each in the transaction of the change that causes it.
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Ctx;
 use super::rows::{parse_ts, ts};
@@ -10,7 +10,7 @@ use crate::{ApprovalRecord, ApprovalState, SessionId, StoreError};
 
 /// The call waits for a decision about `digest` (again, when asked anew; never once used).
 pub(super) fn ask(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call_id: &str,
@@ -38,7 +38,7 @@ pub(super) fn ask(
 /// The state and digest of the approval of the live call `call_id`, if it was asked (a call
 /// id a model used again for a new call is not bound by the ended call's approval).
 fn current(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call_id: &str,
@@ -59,7 +59,7 @@ fn current(
 /// Records the decision: `approved`, `declined`, or, given the digest of the start it is used
 /// by, `consumed` at once; a start with other arguments is refused.
 pub(super) fn decide(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call_id: &str,
@@ -85,7 +85,7 @@ pub(super) fn decide(
 /// The call starts with arguments of `digest`: an approved call's approval is consumed; a call
 /// whose approval is pending, declined, expired or used already may not start.
 pub(super) fn consume_on_start(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call_id: &str,
@@ -112,12 +112,7 @@ pub(super) fn consume_on_start(
 }
 
 /// The call ended: an approval still pending or approved (never used) expires.
-pub(super) fn expire(
-    tx: &Transaction<'_>,
-    ctx: &Ctx,
-    id: &SessionId,
-    call_id: &str,
-) -> Result<(), StoreError> {
+pub(super) fn expire(tx: &Connection, ctx: &Ctx, id: &SessionId, call_id: &str) -> Result<(), StoreError> {
     tx.prepare_cached(
         "UPDATE approvals SET state = 'expired'
          WHERE session_id = ?1 AND call_id = ?2 AND state IN ('pending', 'approved')",

@@ -4,7 +4,7 @@
 use agentry::CallId;
 use agentry::tool::{ApprovalDecision, DecisionSource};
 use chrono::Utc;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Ctx;
 use super::approvals;
@@ -16,7 +16,7 @@ use crate::{CallRecord, CallStatus, PendingApproval, SessionId, StoreError};
 
 /// Writes a call record; a terminal one never changes (S1). `Ok(false)` when nothing changed.
 pub(super) fn write_call(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call: &EncodedCall,
@@ -74,7 +74,7 @@ pub(super) fn write_call(
 
 /// A closed call waits for nobody: its approval question, if any, goes.
 pub(super) fn forget_approval(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call_id: &str,
@@ -86,7 +86,7 @@ pub(super) fn forget_approval(
 }
 
 pub(super) fn record_call(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call: &EncodedCall,
@@ -102,7 +102,7 @@ pub(super) fn record_call(
 
 /// Marks a live call running (registering it if unknown); a terminal one is left alone.
 pub(super) fn call_started(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call: &EncodedCall,
@@ -115,7 +115,7 @@ pub(super) fn call_started(
 
 /// [`call_started`] inside a transaction of its caller, which commits it with its own writes.
 pub(super) fn write_start(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call: &EncodedCall,
@@ -189,7 +189,7 @@ pub(super) fn calls(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Result<
 /// Marks a call as waiting for approval with `request`; with `asked`, as it will run (its tool
 /// and arguments, recorded with the question).
 pub(super) fn request_approval(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call_id: &CallId,
@@ -232,7 +232,7 @@ pub(super) fn request_approval(
 /// Records the decision for a pending call. An approved call is queued, or, given its `start`,
 /// running from then (its body starts now, so the mark costs no commit of its own).
 pub(super) fn resolve_approval(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     call_id: &CallId,

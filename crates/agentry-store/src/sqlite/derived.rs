@@ -3,7 +3,7 @@
 
 use agentry::message::Msg;
 use chrono::Utc;
-use rusqlite::{Transaction, params};
+use rusqlite::{Connection, params};
 
 use super::Ctx;
 use super::rows::{EncodedCall, json, ts};
@@ -22,7 +22,7 @@ pub(super) fn call_changes(msg: &Msg) -> Result<Vec<CallChange>, StoreError> {
 /// Applies `changes` in `tx`. A call that was declined or cancelled before it started has no
 /// start time, whatever was recorded when it entered the runtime (before its approval).
 pub(super) fn apply(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     changes: &[CallChange],

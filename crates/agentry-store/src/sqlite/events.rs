@@ -9,7 +9,7 @@ use crate::{SessionId, StoreError, StoredEvent};
 
 /// Appends each session's events, all in one transaction.
 pub(super) fn append_events(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     batches: &[(SessionId, Vec<StoredEvent>)],
 ) -> Result<(), StoreError> {
@@ -104,7 +104,7 @@ pub(super) fn event_ids(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Res
 
 /// Records that event ids up to `up_to` may be handed out (never lowers the mark).
 pub(super) fn reserve_event_ids(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     up_to: u64,
@@ -121,11 +121,7 @@ pub(super) fn reserve_event_ids(
 
 /// Deletes the events logged before `before` (those from before schema 12, by their session's
 /// last write); returns how many.
-pub(super) fn purge_events(
-    tx: &rusqlite::Transaction<'_>,
-    ctx: &Ctx,
-    before: &str,
-) -> Result<u64, StoreError> {
+pub(super) fn purge_events(tx: &Connection, ctx: &Ctx, before: &str) -> Result<u64, StoreError> {
     let deleted = tx
         .execute(
             "DELETE FROM session_events WHERE created_at < ?1
@@ -138,7 +134,7 @@ pub(super) fn purge_events(
 
 /// Lowers the reserved mark to `last` (not below the last stored event).
 pub(super) fn settle_event_ids(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     last: u64,

@@ -8,7 +8,7 @@ use super::tx::{commit, session_rows, snapshot, touch, write_tx};
 use crate::{Grant, GrantKind, SessionId, StoreError};
 
 pub(super) fn put_grant(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     grant: &Grant,
@@ -27,7 +27,7 @@ pub(super) fn put_grant(
 }
 
 pub(super) fn revoke_grant(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     key: &str,

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use agentry::message::Msg;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Ctx;
 use super::calls::write_start;
@@ -63,7 +63,7 @@ pub(super) fn messages(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -> Resu
     Ok(msgs)
 }
 
-pub(super) fn next_seq(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<i64, StoreError> {
+pub(super) fn next_seq(tx: &Connection, ctx: &Ctx, id: &SessionId) -> Result<i64, StoreError> {
     tx.prepare_cached("SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = ?1")
         .and_then(|mut s| s.query_row([id.as_str()], |row| row.get(0)))
         .map_err(|e| ctx.err(e))
@@ -71,7 +71,7 @@ pub(super) fn next_seq(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Resul
 
 /// Inserts `msgs` at consecutive positions from `seq`; they must be new and the positions free.
 pub(super) fn insert_at(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     seq: i64,
@@ -102,7 +102,7 @@ pub(super) fn insert_at(
 /// writing the `started` calls' starts: a result in `msgs` then closes its call with the start
 /// already in place.
 pub(super) fn insert_messages(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     before: Option<&str>,
@@ -172,7 +172,7 @@ pub(super) fn insert_messages(
 
 /// Deletes the messages with these ids, or all of them.
 pub(super) fn delete_messages(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     ids: Option<&[String]>,

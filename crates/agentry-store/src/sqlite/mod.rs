@@ -20,6 +20,7 @@ mod crash;
 mod derived;
 mod events;
 mod grants;
+mod group_commit;
 mod knowledge;
 mod lease;
 mod memories;
@@ -130,16 +131,26 @@ impl Ctx {
 
 struct Inner {
     conn: Mutex<Connection>,
+    /// Writes waiting for the writer thread (see [`group_commit`]).
+    writes: Arc<group_commit::Queue>,
     ctx: Ctx,
     leases: Leases,
     /// Tells this store's leases from another's.
     id: u128,
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.writes.close();
+    }
+}
+
 /// A [`SessionStore`] in one SQLite file. Cheap to clone (clones share the connection).
 ///
-/// Operations run on tokio's blocking pool when called inside a runtime (SQLite calls block,
-/// and may wait up to the busy timeout for another process's lock), inline otherwise.
+/// Reads run on tokio's blocking pool when called inside a runtime (SQLite calls block, and may
+/// wait up to the busy timeout for another process's lock), inline otherwise. Writes to a
+/// session run on the store's writer thread, which commits those waiting at the same moment
+/// together (see [`group_commit`]); any executor can wait for them.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -246,14 +257,15 @@ impl SqliteStore {
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .map_err(|e| ctx.err(e))?;
         conn.set_prepared_statement_cache_capacity(64);
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                conn: Mutex::new(conn),
-                ctx,
-                leases,
-                id: uuid::Uuid::new_v4().as_u128(),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            conn: Mutex::new(conn),
+            writes: Arc::default(),
+            ctx,
+            leases,
+            id: uuid::Uuid::new_v4().as_u128(),
+        });
+        group_commit::start_writer(&inner)?;
+        Ok(SqliteStore { inner })
     }
 
     /// The database file (`:memory:` for an in-memory store).
@@ -281,6 +293,16 @@ impl SqliteStore {
                 .map_err(|e| StoreError::Task(e.to_string()))?,
             Err(_) => job(),
         }
+    }
+
+    /// Runs the write `f` in a transaction it may share with other sessions' writes waiting at
+    /// the same moment (see [`group_commit`]).
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Ctx) -> Result<T, StoreError> + Send + 'static,
+    {
+        group_commit::write(&self.inner, f).await
     }
 
     /// The session a write may touch: the lease's, if the lease is ours.
@@ -358,7 +380,7 @@ impl SessionStore for SqliteStore {
     async fn set_config(&self, lease: &Lease, config: &Value) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
         let config = serde_json::to_string(config).map_err(|e| StoreError::encode("session config", e))?;
-        self.run(move |conn, ctx| sessions::set_config(conn, ctx, &id, &config))
+        self.write(move |conn, ctx| sessions::set_config(conn, ctx, &id, &config))
             .await
     }
 
@@ -391,7 +413,7 @@ impl SessionStore for SqliteStore {
     async fn append_messages(&self, lease: &Lease, msgs: &[Msg]) -> Result<usize, StoreError> {
         let id = self.leased(lease)?;
         let msgs = encode_messages(msgs)?;
-        self.run(move |conn, ctx| messages::insert_messages(conn, ctx, &id, None, &[], msgs))
+        self.write(move |conn, ctx| messages::insert_messages(conn, ctx, &id, None, &[], msgs))
             .await
     }
 
@@ -404,7 +426,7 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let msgs = encode_messages(msgs)?;
         let before = before.to_owned();
-        self.run(move |conn, ctx| messages::insert_messages(conn, ctx, &id, Some(&before), &[], msgs))
+        self.write(move |conn, ctx| messages::insert_messages(conn, ctx, &id, Some(&before), &[], msgs))
             .await
     }
 
@@ -422,7 +444,7 @@ impl SessionStore for SqliteStore {
             .collect::<Result<Vec<_>, _>>()?;
         let msgs = encode_messages(msgs)?;
         let before = before.map(str::to_owned);
-        self.run(move |conn, ctx| {
+        self.write(move |conn, ctx| {
             messages::insert_messages(conn, ctx, &id, before.as_deref(), &started, msgs)
         })
         .await
@@ -431,27 +453,27 @@ impl SessionStore for SqliteStore {
     async fn delete_messages(&self, lease: &Lease, ids: &[String]) -> Result<usize, StoreError> {
         let id = self.leased(lease)?;
         let ids = ids.to_vec();
-        self.run(move |conn, ctx| messages::delete_messages(conn, ctx, &id, Some(&ids)))
+        self.write(move |conn, ctx| messages::delete_messages(conn, ctx, &id, Some(&ids)))
             .await
     }
 
     async fn clear_messages(&self, lease: &Lease) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
-        self.run(move |conn, ctx| messages::delete_messages(conn, ctx, &id, None).map(|_| ()))
+        self.write(move |conn, ctx| messages::delete_messages(conn, ctx, &id, None).map(|_| ()))
             .await
     }
 
     async fn record_call(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError> {
         let id = self.leased(lease)?;
         let call = rows::EncodedCall::new(call)?;
-        self.run(move |conn, ctx| calls::record_call(conn, ctx, &id, &call))
+        self.write(move |conn, ctx| calls::record_call(conn, ctx, &id, &call))
             .await
     }
 
     async fn call_started(&self, lease: &Lease, call: &CallRecord) -> Result<bool, StoreError> {
         let id = self.leased(lease)?;
         let call = rows::EncodedCall::new(call)?;
-        self.run(move |conn, ctx| calls::call_started(conn, ctx, &id, &call))
+        self.write(move |conn, ctx| calls::call_started(conn, ctx, &id, &call))
             .await
     }
 
@@ -471,7 +493,7 @@ impl SessionStore for SqliteStore {
         let explanation = request.message.clone();
         let request =
             serde_json::to_string(request).map_err(|e| StoreError::encode("approval request", e))?;
-        self.run(move |conn, ctx| {
+        self.write(move |conn, ctx| {
             calls::request_approval(conn, ctx, &id, &call_id, &request, &explanation, None)
         })
         .await
@@ -488,7 +510,7 @@ impl SessionStore for SqliteStore {
         let explanation = request.message.clone();
         let request =
             serde_json::to_string(request).map_err(|e| StoreError::encode("approval request", e))?;
-        self.run(move |conn, ctx| {
+        self.write(move |conn, ctx| {
             let call_id = call.call_id.clone();
             calls::request_approval(conn, ctx, &id, &call_id, &request, &explanation, Some(call))
         })
@@ -505,7 +527,7 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let call_id = call_id.clone();
         let decision = decision.clone();
-        self.run(move |conn, ctx| calls::resolve_approval(conn, ctx, &id, &call_id, decision, source, None))
+        self.write(move |conn, ctx| calls::resolve_approval(conn, ctx, &id, &call_id, decision, source, None))
             .await
     }
 
@@ -521,7 +543,7 @@ impl SessionStore for SqliteStore {
         let call_id = call_id.clone();
         let decision = decision.clone();
         let start = start.clone();
-        self.run(move |conn, ctx| {
+        self.write(move |conn, ctx| {
             calls::resolve_approval(conn, ctx, &id, &call_id, decision, source, Some(start))
         })
         .await
@@ -542,14 +564,14 @@ impl SessionStore for SqliteStore {
     async fn put_grant(&self, lease: &Lease, grant: &Grant) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
         let grant = grant.clone();
-        self.run(move |conn, ctx| grants::put_grant(conn, ctx, &id, &grant))
+        self.write(move |conn, ctx| grants::put_grant(conn, ctx, &id, &grant))
             .await
     }
 
     async fn revoke_grant(&self, lease: &Lease, key: &str) -> Result<bool, StoreError> {
         let id = self.leased(lease)?;
         let key = key.to_owned();
-        self.run(move |conn, ctx| grants::revoke_grant(conn, ctx, &id, &key))
+        self.write(move |conn, ctx| grants::revoke_grant(conn, ctx, &id, &key))
             .await
     }
 
@@ -568,7 +590,7 @@ impl SessionStore for SqliteStore {
         let id = self.leased(lease)?;
         let reply_id = reply_id.cloned();
         let usage = usage.clone();
-        self.run(move |conn, ctx| usage::record_usage(conn, ctx, &id, reply_id.as_ref(), &usage, cost))
+        self.write(move |conn, ctx| usage::record_usage(conn, ctx, &id, reply_id.as_ref(), &usage, cost))
             .await
     }
 
@@ -618,7 +640,7 @@ impl SessionStore for SqliteStore {
             .into_iter()
             .map(|(lease, events)| Ok((self.leased(lease)?, events)))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.run(move |conn, ctx| events::append_events(conn, ctx, &batches))
+        self.write(move |conn, ctx| events::append_events(conn, ctx, &batches))
             .await
     }
 
@@ -640,13 +662,13 @@ impl SessionStore for SqliteStore {
 
     async fn reserve_event_ids(&self, lease: &Lease, up_to: u64) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
-        self.run(move |conn, ctx| events::reserve_event_ids(conn, ctx, &id, up_to))
+        self.write(move |conn, ctx| events::reserve_event_ids(conn, ctx, &id, up_to))
             .await
     }
 
     async fn settle_event_ids(&self, lease: &Lease, last: u64) -> Result<(), StoreError> {
         let id = self.leased(lease)?;
-        self.run(move |conn, ctx| events::settle_event_ids(conn, ctx, &id, last))
+        self.write(move |conn, ctx| events::settle_event_ids(conn, ctx, &id, last))
             .await
     }
 }

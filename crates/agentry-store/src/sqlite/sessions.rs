@@ -84,7 +84,7 @@ pub(super) fn delete_session(conn: &mut Connection, ctx: &Ctx, id: &SessionId) -
 }
 
 pub(super) fn set_config(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     config: &str,

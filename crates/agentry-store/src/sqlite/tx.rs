@@ -1,23 +1,77 @@
 //! The transaction rules of every operation: one transaction each; writes use `BEGIN
 //! IMMEDIATE`, so the write lock is taken first and the busy timeout applies to it (a deferred
 //! transaction that upgrades to writing can fail with BUSY at once in WAL mode); reads see one
-//! snapshot.
+//! snapshot. A write that runs inside another's transaction (the writes of a group commit, see
+//! [`group_commit`](super::group_commit)) is a savepoint of it, undone alone if it fails.
 
 use chrono::Utc;
-use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, Transaction, params};
 
 use super::Ctx;
 use super::rows::ts;
 use crate::{SessionId, StoreError};
 
-pub(super) fn write_tx<'c>(conn: &'c mut Connection, ctx: &Ctx) -> Result<Transaction<'c>, StoreError> {
-    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+/// A write transaction, or a write nested in one: rolled back (to its savepoint) unless
+/// [`commit`]ted. Its statements are prepared once per connection, like every other.
+pub(super) struct WriteTx<'c> {
+    conn: &'c Connection,
+    nested: bool,
+    done: bool,
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Errors are left: a failed rollback leaves SQLite's own (it rolls back what it must).
+        let undo = if self.nested {
+            "ROLLBACK TO write; RELEASE write"
+        } else {
+            "ROLLBACK"
+        };
+        let _ = self.conn.execute_batch(undo);
+    }
+}
+
+fn run_cached(conn: &Connection, ctx: &Ctx, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .map(drop)
         .map_err(|e| ctx.err(e))
+}
+
+/// Begins a write: a transaction that takes the write lock at once, or a savepoint when `conn`
+/// is already in one.
+pub(super) fn write_tx<'c>(conn: &'c Connection, ctx: &Ctx) -> Result<WriteTx<'c>, StoreError> {
+    let nested = !conn.is_autocommit();
+    run_cached(
+        conn,
+        ctx,
+        if nested {
+            "SAVEPOINT write"
+        } else {
+            "BEGIN IMMEDIATE"
+        },
+    )?;
+    Ok(WriteTx {
+        conn,
+        nested,
+        done: false,
+    })
 }
 
 /// Marks the session as written now, to the second: a session written again within the same
 /// second keeps its time, so a step's writes do not each rewrite the session's page.
-pub(super) fn touch(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
+pub(super) fn touch(tx: &Connection, ctx: &Ctx, id: &SessionId) -> Result<(), StoreError> {
     let now = Utc::now();
     let stale = now - chrono::Duration::seconds(1);
     tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1 AND updated_at < ?3")
@@ -26,12 +80,17 @@ pub(super) fn touch(tx: &Transaction<'_>, ctx: &Ctx, id: &SessionId) -> Result<(
     Ok(())
 }
 
-pub(super) fn commit(tx: Transaction<'_>, ctx: &Ctx) -> Result<(), StoreError> {
-    #[cfg(feature = "crash-points")]
-    super::crash::point(super::crash::Moment::BeforeCommit);
-    tx.commit().map_err(|e| ctx.err(e))?;
-    #[cfg(feature = "crash-points")]
-    super::crash::point(super::crash::Moment::AfterCommit);
+pub(super) fn commit(mut tx: WriteTx<'_>, ctx: &Ctx) -> Result<(), StoreError> {
+    if tx.nested {
+        run_cached(tx.conn, ctx, "RELEASE write")?;
+    } else {
+        #[cfg(feature = "crash-points")]
+        super::crash::point(super::crash::Moment::BeforeCommit);
+        run_cached(tx.conn, ctx, "COMMIT")?;
+        #[cfg(feature = "crash-points")]
+        super::crash::point(super::crash::Moment::AfterCommit);
+    }
+    tx.done = true;
     Ok(())
 }
 

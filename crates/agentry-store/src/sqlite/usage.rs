@@ -11,7 +11,7 @@ use super::tx::{commit, snapshot, touch, write_tx};
 use crate::{SessionId, StoreError, UsageTotals};
 
 pub(super) fn record_usage(
-    conn: &mut Connection,
+    conn: &Connection,
     ctx: &Ctx,
     id: &SessionId,
     reply_id: Option<&ReplyId>,
