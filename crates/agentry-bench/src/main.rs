@@ -8,7 +8,7 @@
 //! ```text
 //! agentry-bench --base-url URL -k K -p P -r R -c C --stream|--no-stream
 //!               [--provider openai|anthropic] [--keep-history] [--warmup N] [--threads N]
-//!               [--label NAME] [--db FILE [--synchronous full|normal]] [--otel-noop]
+//!               [--label NAME] [--db FILE|postgres://… [--synchronous full|normal]] [--otel-noop]
 //!               [--plan] [--knowledge]
 //! ```
 //!
@@ -23,9 +23,10 @@
 //! else the same; `--base-url` is then an Anthropic endpoint, e.g. the `anthropic-adapter`
 //! (this crate) in front of the mock.
 //!
-//! With `--db`, each agent keeps its conversation in a durable session of that SQLite file
-//! (`agentry-store`: every message committed before the loop goes on, a call record per tool
-//! call), to measure what durability costs per step.
+//! With `--db`, each agent keeps its conversation in a durable session of that SQLite file, or
+//! of the PostgreSQL database at a `postgres://` URL (`agentry-store`: every message committed
+//! before the loop goes on, a call record per tool call), to measure what durability costs per
+//! step.
 //!
 //! In stream mode the driver reads the reply's event stream (every cumulative message chunk),
 //! as a terminal or a web page would; in non-stream mode it awaits the reply.
@@ -56,7 +57,8 @@ use agentry::model::{
 use agentry::plan::PlanNotebook;
 use agentry::tool::{Toolkit, tool};
 use agentry_store::{
-    CallRecorder, SessionMemory, SessionStore, SqliteOptions, SqliteStore, StoredKnowledgeBase, Synchronous,
+    CallRecorder, PostgresStore, SessionMemory, SessionStore, SqliteOptions, SqliteStore,
+    StoredKnowledgeBase, Synchronous,
 };
 use anyhow::{Context, bail};
 use futures::StreamExt;
@@ -87,7 +89,7 @@ struct Args {
     warmup: u64,
     threads: usize,
     label: String,
-    db: Option<std::path::PathBuf>,
+    db: Option<String>,
     synchronous: Synchronous,
     otel_noop: bool,
     plan: bool,
@@ -138,7 +140,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--otel-noop" => args.otel_noop = true,
             "--plan" => args.plan = true,
             "--knowledge" => args.knowledge = true,
-            "--db" => args.db = Some(value()?.into()),
+            "--db" => args.db = Some(value()?),
             "--synchronous" => {
                 args.synchronous = match value()?.as_str() {
                     "full" => Synchronous::Full,
@@ -192,7 +194,7 @@ impl<M: ChatModel> ChatModel for WithoutHint<M> {
 async fn make_agent(
     args: &Args,
     index: u64,
-    store: Option<&Arc<SqliteStore>>,
+    store: Option<&Arc<dyn SessionStore>>,
     knowledge: Option<&SqliteStore>,
 ) -> anyhow::Result<ReActAgent> {
     let toolkit = Toolkit::new();
@@ -223,7 +225,7 @@ async fn make_agent(
         builder = builder.knowledge(base).rewrite_query(false);
     }
     if let Some(store) = store {
-        let store: Arc<dyn SessionStore> = Arc::clone(store) as Arc<dyn SessionStore>;
+        let store = Arc::clone(store);
         let memory =
             Arc::new(SessionMemory::open_or_create(store, &format!("bench-{index}"), &json!({})).await?);
         builder = builder
@@ -324,7 +326,8 @@ fn python_json(v: &Value) -> String {
 async fn bench(args: Args) -> anyhow::Result<Value> {
     let expected = format!("done after {} steps", args.k);
     let t0 = Instant::now();
-    let store = match &args.db {
+    let store: Option<Arc<dyn SessionStore>> = match &args.db {
+        Some(url) if url.starts_with("postgres") => Some(Arc::new(PostgresStore::connect(url).await?)),
         Some(path) => Some(Arc::new(SqliteStore::open_with(
             path,
             SqliteOptions::default().synchronous(args.synchronous),
@@ -408,6 +411,7 @@ async fn bench(args: Args) -> anyhow::Result<Value> {
         "framework": args.label,
         "store": match (&args.db, args.synchronous) {
             (None, _) => "none",
+            (Some(url), _) if url.starts_with("postgres") => "postgres",
             (Some(_), Synchronous::Full) => "sqlite-full",
             (Some(_), _) => "sqlite-normal",
         },
