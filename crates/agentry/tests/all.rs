@@ -5,6 +5,7 @@
 mod common;
 
 mod agent;
+mod agent_as_tool;
 mod anthropic;
 mod approval;
 mod budget;

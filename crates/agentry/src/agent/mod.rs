@@ -34,6 +34,7 @@
 
 mod acting;
 mod approval;
+mod as_tool;
 mod builder;
 mod compaction;
 mod deadline;
@@ -50,6 +51,7 @@ mod structured;
 pub mod trace;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
+pub use as_tool::AgentTool;
 pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
 pub use compaction::{COMPACTION_KEY, Compaction, is_summary};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};

@@ -1,0 +1,246 @@
+//! An agent as a tool of another agent ([`ReActAgent::as_tool`]).
+//!
+//! The parent's call runs one reply of the child. The child's answer streams as the call's
+//! cumulative output, its tool calls as the call's progress, and its token use adds up to the
+//! parent's reply. Cancelling the parent's call cancels the child's reply (its running tools get
+//! their `on_cancel`), and what the child had by then (its answer so far and its tools' results)
+//! becomes the call's partial result: the seed's cancel rule, one level down.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use super::{AgentEvent, ReActAgent, ReplyRun};
+use crate::message::{Msg, Role};
+use crate::tool::{Tool, ToolContext, ToolError, ToolResponse, ToolStream};
+
+/// How long a cancelled call waits for the child's reply to end before it hands back what the
+/// child had so far: within the parent's `on_cancel` budget (100 ms by default).
+const CANCEL_WAIT: Duration = Duration::from_millis(80);
+
+/// A [`ReActAgent`] another agent calls as a tool: made by [`ReActAgent::as_tool`].
+///
+/// Its one argument, `prompt` (a string), is the message the child replies to. A child's
+/// approval question is declined at once for want of a decision (fail closed): a child that
+/// needs approvals is not yet asked through its parent.
+#[derive(Debug, Clone)]
+pub struct AgentTool {
+    agent: ReActAgent,
+    name: String,
+    description: String,
+}
+
+impl ReActAgent {
+    /// This agent as a tool named `name` of another agent, described by `description` (what
+    /// the parent's model reads to choose it).
+    ///
+    /// ```no_run
+    /// # fn demo(researcher: agentry::agent::ReActAgent) -> Result<(), Box<dyn std::error::Error>> {
+    /// use agentry::tool::Toolkit;
+    ///
+    /// let toolkit = Toolkit::new();
+    /// toolkit.register(researcher.as_tool("researcher", "Finds and summarizes sources on a question"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> AgentTool {
+        AgentTool {
+            agent: self.clone(),
+            name: name.into(),
+            description: description.into(),
+        }
+    }
+}
+
+impl Tool for AgentTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "prompt": {
+                    "type": "string",
+                    "description": "What to ask, with everything needed to answer it"
+                }
+            },
+            "required": ["prompt"]
+        })
+    }
+
+    fn call(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext) -> ToolStream {
+        let Some(prompt) = args.get("prompt").and_then(Value::as_str) else {
+            let error = ToolError::InvalidArguments("`prompt` must be a string".into());
+            return futures::stream::once(async move { Err(error) }).boxed();
+        };
+        let run = self.agent.start_reply(Msg::user(prompt));
+        let sofar = Arc::new(SoFar::default());
+        let seen = Arc::clone(&sofar);
+        let name = self.name.clone();
+        ctx.set_on_cancel(move || Some(seen.when_ended(CANCEL_WAIT).cancelled_text(&name)));
+        let child = Child {
+            run: Some(run),
+            ctx,
+            sofar,
+            cancel_sent: false,
+            name: self.name.clone(),
+        };
+        futures::stream::unfold(child, |mut child| async move {
+            let chunk = child.next_chunk().await?;
+            Some((chunk, child))
+        })
+        .boxed()
+    }
+}
+
+/// What the child's reply has shown so far, shared with the call's `on_cancel`.
+#[derive(Default)]
+struct SoFar {
+    state: Mutex<Shown>,
+    ended: Condvar,
+}
+
+#[derive(Default, Clone)]
+struct Shown {
+    /// The text of the child's latest answer (cumulative while it streams).
+    answer: String,
+    /// Each finished tool call of the child: its name and result text.
+    results: Vec<(String, String)>,
+    ended: bool,
+}
+
+impl SoFar {
+    fn update(&self, f: impl FnOnce(&mut Shown)) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut state);
+        if state.ended {
+            self.ended.notify_all();
+        }
+    }
+
+    /// What was shown once the child's reply ended, or after `wait` if it has not.
+    fn when_ended(&self, wait: Duration) -> Shown {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (state, _) = self
+            .ended
+            .wait_timeout_while(state, wait, |s| !s.ended)
+            .unwrap_or_else(PoisonError::into_inner);
+        state.clone()
+    }
+}
+
+impl Shown {
+    /// The parent call's partial result after a cancel.
+    fn cancelled_text(&self, agent: &str) -> String {
+        let mut text = format!("[cancelled] The agent `{agent}` was stopped before it finished.");
+        if !self.results.is_empty() {
+            text.push_str("\nIts tool calls:");
+            for (tool, result) in &self.results {
+                text.push_str(&format!("\n- {tool}: {result}"));
+            }
+        }
+        if !self.answer.trim().is_empty() {
+            text.push_str("\nIts answer so far:\n");
+            text.push_str(&self.answer);
+        }
+        text
+    }
+}
+
+/// The child's reply as the call's stream.
+struct Child {
+    run: Option<ReplyRun>,
+    ctx: ToolContext,
+    sofar: Arc<SoFar>,
+    cancel_sent: bool,
+    name: String,
+}
+
+impl Child {
+    /// The call's next chunk: the child's answer so far, then its result; `None` after it.
+    async fn next_chunk(&mut self) -> Option<Result<ToolResponse, ToolError>> {
+        loop {
+            let run = self.run.as_mut()?;
+            let event = tokio::select! {
+                biased;
+                () = self.ctx.cancelled(), if !self.cancel_sent => {
+                    self.cancel_sent = true;
+                    run.cancel();
+                    continue;
+                }
+                event = run.next_event() => event,
+            };
+            let Some(event) = event else {
+                return Some(self.finish().await);
+            };
+            if let Some(chunk) = self.on_event(event) {
+                return Some(Ok(chunk));
+            }
+        }
+    }
+
+    /// Follows one event of the child; a chunk to stream when its answer grew.
+    fn on_event(&mut self, event: AgentEvent) -> Option<ToolResponse> {
+        match event {
+            AgentEvent::Message { msg, .. } if msg.role == Role::Assistant => {
+                let text = msg.text().unwrap_or_default();
+                if text.is_empty() {
+                    return None;
+                }
+                self.sofar.update(|s| s.answer = text.clone());
+                (!self.cancel_sent).then(|| ToolResponse::partial(text))
+            }
+            AgentEvent::Message { msg, last: true } => {
+                let results: Vec<(String, String)> =
+                    msg.tool_results().map(|r| (r.name.clone(), r.text())).collect();
+                self.sofar.update(|s| s.results.extend(results));
+                None
+            }
+            AgentEvent::ToolStarted { call_id, name, .. } => {
+                self.ctx
+                    .report(format!("{}: {name}", self.name), Some(call_id.as_str()));
+                None
+            }
+            AgentEvent::ApprovalRequested {
+                call_id,
+                automatic: false,
+                ..
+            } => {
+                if let Some(run) = &self.run {
+                    // Nobody can decide a child's question yet: declined, never run silently.
+                    let _ = run.handle().decide_no_decision(call_id);
+                }
+                None
+            }
+            AgentEvent::ReplyFinished { usage, .. } => {
+                self.ctx.report_usage(&usage);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The child's reply ended: its answer is the call's result.
+    async fn finish(&mut self) -> Result<ToolResponse, ToolError> {
+        let run = self
+            .run
+            .take()
+            .ok_or_else(|| ToolError::msg("the agent's reply was already finished"))?;
+        let outcome = run.finish().await;
+        self.sofar.update(|s| {
+            if let Ok(msg) = &outcome {
+                s.answer = msg.text().unwrap_or_default();
+            }
+            s.ended = true;
+        });
+        let msg = outcome.map_err(|e| ToolError::msg(format!("the agent `{}` failed: {e}", self.name)))?;
+        Ok(ToolResponse::text(msg.text().unwrap_or_default()))
+    }
+}

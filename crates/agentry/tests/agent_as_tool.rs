@@ -1,0 +1,108 @@
+//! An agent as a tool of another (`ReActAgent::as_tool`): the child's answer is the call's
+//! result, its usage adds up to the parent's reply, and a cancel of the parent's call cancels
+//! the child mid-tool and hands back what the child had.
+
+use agentry::agent::{AgentEvent, ReActAgent};
+use agentry::message::Msg;
+use agentry::tool::Toolkit;
+use agentry_testkit::{Call, FakeLlm, Reply};
+
+use crate::common::probe::Probe;
+use crate::common::{agent, within};
+
+/// The text of the result of call `id` in `agent`'s memory; fails unless there is exactly one.
+async fn result_of(agent: &ReActAgent, id: &str) -> String {
+    let msgs = agent.memory().messages().await.unwrap();
+    let results: Vec<String> = msgs
+        .iter()
+        .flat_map(|m| m.tool_results())
+        .filter(|r| r.id.as_str() == id)
+        .map(|r| r.text())
+        .collect();
+    assert_eq!(results.len(), 1, "call {id} has one result: {results:?}");
+    results[0].clone()
+}
+
+fn researcher_call(prompt: &str) -> Reply {
+    let args = serde_json::json!({ "prompt": prompt }).to_string();
+    Reply::tool_calls([Call::new("c1", "researcher", args)]).usage(100, 10)
+}
+
+#[tokio::test]
+async fn a_child_agents_answer_is_the_parents_call_result_and_its_usage_adds_up() {
+    let (parent_llm, child_llm) = (FakeLlm::start().await, FakeLlm::start().await);
+    child_llm.push(Reply::text("Paris is the capital of France.").usage(40, 7));
+    let child = agent(&child_llm, true, Toolkit::new());
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(child.as_tool("researcher", "Answers questions"))
+        .unwrap();
+    let parent = agent(&parent_llm, true, toolkit);
+    parent_llm.push(researcher_call("What is the capital of France?"));
+    parent_llm.push(Reply::text("Paris.").usage(200, 3));
+
+    let mut run = parent.start_reply(Msg::user("capital of France?"));
+    let mut usage = None;
+    while let Some(event) = within("the parent's events", run.next_event()).await {
+        if let AgentEvent::ReplyFinished { usage: u, .. } = event {
+            usage = Some(u);
+        }
+    }
+    let answer = within("the parent's reply", run.finish()).await.unwrap();
+    assert_eq!(answer.text().unwrap(), "Paris.");
+    assert_eq!(result_of(&parent, "c1").await, "Paris is the capital of France.");
+    // The child was asked the parent's prompt.
+    let asked = child_llm.requests()[0].body.to_string();
+    assert!(asked.contains("What is the capital of France?"), "{asked}");
+    let usage = usage.unwrap();
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens),
+        (340, 20),
+        "the child's tokens count in the parent's reply"
+    );
+    parent_llm.assert_no_violations();
+    child_llm.assert_no_violations();
+}
+
+#[tokio::test]
+async fn cancelling_the_parents_call_cancels_the_child_mid_tool_and_keeps_its_partial_results() {
+    let (parent_llm, child_llm) = (FakeLlm::start().await, FakeLlm::start().await);
+    let probe = Probe::new();
+    let child_tools = Toolkit::new();
+    child_tools.register(probe.tool("read_pages")).unwrap();
+    let child = agent(&child_llm, true, child_tools);
+    child_llm.push(Reply::tool_calls([Call::new(
+        "k1",
+        "read_pages",
+        r#"{"wait": true, "partial": "read 3 of 10 pages"}"#,
+    )]));
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(child.as_tool("researcher", "Reads sources"))
+        .unwrap();
+    let parent = agent(&parent_llm, true, toolkit);
+    parent_llm.push(researcher_call("read the sources"));
+    parent_llm.push(Reply::text("Stopped as asked."));
+
+    let run = parent.start_reply(Msg::user("research this"));
+    // The child's tool is running: cancel the parent's call.
+    probe.started(1).await;
+    run.handle().cancel_call("c1");
+    let answer = within("the parent's reply", run.finish()).await.unwrap();
+    assert_eq!(answer.text().unwrap(), "Stopped as asked.");
+
+    let result = result_of(&parent, "c1").await;
+    assert!(result.contains("[cancelled]"), "{result}");
+    assert!(
+        result.contains("read_pages") && result.contains("read 3 of 10 pages"),
+        "the child's tool's on_cancel text is in the parent's result: {result}"
+    );
+    assert_eq!(probe.on_cancel_runs(), 1, "the child's tool was cancelled once");
+    assert_eq!(probe.runs(), 1);
+    // The child's own conversation closed its call with exactly one result, and it made no
+    // model call after the cancel.
+    assert_eq!(result_of(&child, "k1").await, "read 3 of 10 pages");
+    assert_eq!(child_llm.request_count(), 1);
+    parent_llm.assert_no_violations();
+    child_llm.assert_no_violations();
+}
