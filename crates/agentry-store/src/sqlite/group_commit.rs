@@ -13,6 +13,7 @@
 //! error, while the others go on. Every write is answered only after the commit that holds it,
 //! so nothing is acknowledged before it is on disk.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use rusqlite::Connection;
@@ -46,7 +47,11 @@ where
 {
     fn run(&mut self, conn: &Connection, ctx: &Ctx) {
         if let Some(write) = self.write.take() {
-            self.outcome = Some(write(conn, ctx));
+            // A write that panics answers an error and is undone (its transaction guard rolls
+            // back on unwind); the writer thread and the other writes go on.
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| write(conn, ctx)))
+                .unwrap_or_else(|_| Err(StoreError::Task("a write to the session store panicked".into())));
+            self.outcome = Some(outcome);
         }
     }
 
@@ -345,6 +350,43 @@ mod tests {
             !stored(&store, "failed"),
             "a failed write's row was committed with the group"
         );
+    }
+
+    #[tokio::test]
+    async fn a_write_that_panics_answers_an_error_and_the_writer_goes_on() {
+        let store = SqliteStore::in_memory().unwrap();
+        let panicking = |store: &SqliteStore| -> Answer<'static, bool> {
+            let store = store.clone();
+            Box::pin(async move {
+                store
+                    .write(|conn, ctx| -> Result<bool, StoreError> {
+                        let tx = write_tx(conn, ctx)?;
+                        tx.execute(
+                            "INSERT INTO sessions (id, name, created_at, updated_at, config) \
+                             VALUES ('panicked', 'p', '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z', '{}')",
+                            [],
+                        )
+                        .map_err(|e| ctx.err(e))?;
+                        panic!("a bug in a write");
+                    })
+                    .await
+            })
+        };
+        let writes = vec![
+            session_row(&store, "kept1", false),
+            panicking(&store),
+            session_row(&store, "kept2", false),
+        ];
+        let answers = at_once(&store, writes).await;
+        assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+        let panicked = answers[1].as_ref().unwrap_err().to_string();
+        assert!(panicked.contains("panicked"), "{panicked}");
+        assert!(stored(&store, "kept1") && stored(&store, "kept2"));
+        assert!(!stored(&store, "panicked"), "the panicking write was undone");
+        // Alone too, and the writer still answers the next write.
+        assert!(panicking(&store).await.is_err());
+        assert!(!session_row(&store, "after", false).await.unwrap());
+        assert!(stored(&store, "after") && !stored(&store, "panicked"));
     }
 
     #[tokio::test]
