@@ -293,6 +293,11 @@ pub struct ConfigFile {
     pub max_cost_per_reply: Option<f64>,
     /// Settings the agent uses (read by the commands).
     pub system_prompt: Option<String>,
+    /// The agent's name: the name of its tool for an MCP host (`agentry mcp serve`), and how
+    /// approval questions name it [default: "agentry"].
+    pub name: Option<String>,
+    /// What the agent does, for whoever calls it as a tool (the MCP host's model).
+    pub description: Option<String>,
     /// Default `max_iters`.
     pub max_iters: Option<usize>,
     /// Whether tool calls written as text run as calls (default true; `--no-tool-shim`).

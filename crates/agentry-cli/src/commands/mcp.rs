@@ -34,6 +34,10 @@ enum McpCommand {
     ///
     /// Exit code 0 when all are connected, 1 when one is down, 2 for a configuration error.
     List(ListArgs),
+    /// Serve the agent as an MCP server, over stdio (or streamable HTTP at /mcp with --addr):
+    /// a tool that runs a reply for a prompt, cancellable, with progress, and approvals asked
+    /// of the client through elicitation (declined when it cannot be asked)
+    Serve(Box<super::mcp_serve::McpServeArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -51,6 +55,7 @@ struct ListArgs {
 pub async fn mcp(args: McpArgs) -> ExitCode {
     match args.command {
         McpCommand::List(args) => list(args).await,
+        McpCommand::Serve(args) => super::mcp_serve::mcp_serve(*args).await,
     }
 }
 

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod eval;
 pub mod kb;
 pub mod mcp;
+pub mod mcp_serve;
 pub mod memory;
 #[cfg(feature = "local")]
 pub mod model;

@@ -77,7 +77,8 @@ fn security(args: &ServeArgs) -> anyhow::Result<Security> {
     }
 }
 
-async fn stop_signal() {
+/// Waits for SIGTERM or SIGINT.
+pub async fn stop_signal() {
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
     else {
         return std::future::pending().await;

@@ -33,6 +33,9 @@ use plan::AgentPlan;
 use session::open_session;
 use tools::{check_permission_rules, load_script_tools};
 
+/// The agent's name when the config gives none.
+pub const DEFAULT_AGENT_NAME: &str = "agentry";
+
 /// An agent and the MCP servers it uses (close them when done).
 pub struct Setup {
     /// The agent, its toolkit holding the built-in and MCP tools.
@@ -139,6 +142,11 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
     let (prices, budget, permissions) = (plan.prices, plan.budget, plan.permissions);
     let (max_iters, parallel, shim) = (plan.max_iters, plan.parallel, plan.tool_shim);
     let plan_notebook = plan.plan_notebook;
+    let name = plan
+        .file
+        .name
+        .clone()
+        .unwrap_or_else(|| DEFAULT_AGENT_NAME.to_owned());
     let compaction = plan.compaction.clone();
     // One embedder for memory and knowledge, loaded only when one of them is used.
     let embedder = match plan.memory.is_some() || !plan.knowledge.is_empty() {
@@ -185,7 +193,7 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
             .fold(builder, |builder, base| builder.knowledge(Arc::clone(base)))
             .rewrite_query(rewrite_query);
         builder
-            .name("agentry")
+            .name(name.clone())
             .sys_prompt(system.clone())
             .model(Arc::clone(&model))
             .toolkit(tools.clone())

@@ -1,6 +1,5 @@
 //! The approval phase of a tool call (spec `cancellation.md` 3.2).
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -79,7 +78,7 @@ impl ReplyCx<'_> {
         // Exactly once per call that needs approval, whoever decides (A5); the generic request
         // for a call that only a deny rule stops.
         let request = match policy.require_approval {
-            true => request_for(&call.name, args, policy),
+            true => policy.approval_request(&call.name, args),
             false => ApprovalRequest::generic(&call.name, args),
         };
         phase.request = Some(request.clone());
@@ -378,24 +377,6 @@ impl ReplyCx<'_> {
         } else {
             self.withdrawn(record);
             Approval::Closed(None)
-        }
-    }
-}
-
-/// The tool's request, or the generic one when it has none or it fails or panics (A6).
-fn request_for(tool: &str, args: &Map<String, Value>, policy: &CallPolicy) -> ApprovalRequest {
-    let Some(build) = &policy.request else {
-        return ApprovalRequest::generic(tool, args);
-    };
-    match std::panic::catch_unwind(AssertUnwindSafe(|| build(args))) {
-        Ok(Ok(request)) => request,
-        Ok(Err(e)) => {
-            tracing::warn!(tool, error = %e, "the approval request function failed; asking generically");
-            ApprovalRequest::generic(tool, args)
-        }
-        Err(_) => {
-            tracing::warn!(tool, "the approval request function panicked; asking generically");
-            ApprovalRequest::generic(tool, args)
         }
     }
 }

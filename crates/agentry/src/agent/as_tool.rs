@@ -12,8 +12,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
-use super::{AgentEvent, ReActAgent, ReplyRun};
-use crate::message::{Msg, Role};
+use super::{AgentEvent, ReActAgent, ReplyRun, ReplySoFar};
+use crate::message::Msg;
 use crate::tool::{Tool, ToolContext, ToolError, ToolResponse, ToolStream};
 
 /// How long a cancelled call waits for the child's reply to end before it hands back what the
@@ -109,10 +109,7 @@ struct SoFar {
 
 #[derive(Default, Clone)]
 struct Shown {
-    /// The text of the child's latest answer (cumulative while it streams).
-    answer: String,
-    /// Each finished tool call of the child: its name and result text.
-    results: Vec<(String, String)>,
+    so_far: ReplySoFar,
     ended: bool,
 }
 
@@ -126,31 +123,13 @@ impl SoFar {
     }
 
     /// What was shown once the child's reply ended, or after `wait` if it has not.
-    fn when_ended(&self, wait: Duration) -> Shown {
+    fn when_ended(&self, wait: Duration) -> ReplySoFar {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (state, _) = self
             .ended
             .wait_timeout_while(state, wait, |s| !s.ended)
             .unwrap_or_else(PoisonError::into_inner);
-        state.clone()
-    }
-}
-
-impl Shown {
-    /// The parent call's partial result after a cancel.
-    fn cancelled_text(&self, agent: &str) -> String {
-        let mut text = format!("[cancelled] The agent `{agent}` was stopped before it finished.");
-        if !self.results.is_empty() {
-            text.push_str("\nIts tool calls:");
-            for (tool, result) in &self.results {
-                text.push_str(&format!("\n- {tool}: {result}"));
-            }
-        }
-        if !self.answer.trim().is_empty() {
-            text.push_str("\nIts answer so far:\n");
-            text.push_str(&self.answer);
-        }
-        text
+        state.so_far.clone()
     }
 }
 
@@ -188,21 +167,16 @@ impl Child {
 
     /// Follows one event of the child; a chunk to stream when its answer grew.
     fn on_event(&mut self, event: AgentEvent) -> Option<ToolResponse> {
+        let mut grown = None;
+        self.sofar.update(|s| {
+            if s.so_far.observe(&event) {
+                grown = Some(s.so_far.answer().to_owned());
+            }
+        });
+        if let Some(text) = grown.filter(|_| !self.cancel_sent) {
+            return Some(ToolResponse::partial(text));
+        }
         match event {
-            AgentEvent::Message { msg, .. } if msg.role == Role::Assistant => {
-                let text = msg.text().unwrap_or_default();
-                if text.is_empty() {
-                    return None;
-                }
-                self.sofar.update(|s| s.answer = text.clone());
-                (!self.cancel_sent).then(|| ToolResponse::partial(text))
-            }
-            AgentEvent::Message { msg, last: true } => {
-                let results: Vec<(String, String)> =
-                    msg.tool_results().map(|r| (r.name.clone(), r.text())).collect();
-                self.sofar.update(|s| s.results.extend(results));
-                None
-            }
             AgentEvent::ToolStarted { call_id, name, .. } => {
                 self.ctx
                     .report(format!("{}: {name}", self.name), Some(call_id.as_str()));
@@ -236,7 +210,7 @@ impl Child {
         let outcome = run.finish().await;
         self.sofar.update(|s| {
             if let Ok(msg) = &outcome {
-                s.answer = msg.text().unwrap_or_default();
+                s.so_far.set_answer(msg.text().unwrap_or_default());
             }
             s.ended = true;
         });

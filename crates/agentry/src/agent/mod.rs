@@ -47,6 +47,7 @@ mod react;
 mod recall;
 mod repeats;
 mod shim;
+mod so_far;
 mod structured;
 pub mod trace;
 
@@ -59,6 +60,7 @@ pub use finished::DEFAULT_FINISHED_CALLS;
 pub use handle::{AgentHandle, ApprovalError};
 pub use hooks::{AgentHook, HookContext, ReplyEnd};
 pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note, rerun_call_note};
+pub use so_far::ReplySoFar;
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
 pub use trace::{TRACE_CONTENT_ENV, clear_default_tracer, set_default_tracer};
 

@@ -254,7 +254,6 @@ impl CallRecord {
     }
 
     /// The callback registered for this call, taken out of the slot (at most once, X5).
-    #[cfg(test)]
     pub(crate) fn take_on_cancel(&self) -> Option<OnCancel> {
         self.take_on_cancel_bounded().map(|(callback, _)| callback)
     }

@@ -216,6 +216,13 @@ impl ToolContext {
         self.inner.user_action
     }
 
+    /// For a driver that runs tools outside an agent ([`ToolContext::new`]): the callback the
+    /// tool set with [`Self::set_on_cancel`], taken from its slot. Run it once, after cancelling
+    /// the token, off the async threads and within a budget, as the agent does (X10).
+    pub fn take_on_cancel(&self) -> Option<super::call::OnCancel> {
+        self.inner.record.take_on_cancel()
+    }
+
     pub(crate) fn cancel_grace(&self) -> Duration {
         self.inner.cancel_grace
     }

@@ -48,11 +48,12 @@ mod toolkit;
 #[cfg(feature = "macros")]
 pub use agentry_macros::tool;
 pub use approval::{ApprovalDecision, ApprovalRequest, DecisionSource, SessionApprovalScope, UserAction};
+pub use call::OnCancel;
 pub use call::{
     CANCELLED_BEFORE_START, CANCELLED_RUNNING, CancelCause, CancelOutcome, CancelPhase, CancelReason,
     DECLINED, INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
 };
-pub(crate) use call::{CallRecord, CancelCommit, OnCancel};
+pub(crate) use call::{CallRecord, CancelCommit};
 pub use context::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET, ToolContext};
 pub(crate) use context::{ProgressFn, UsageFn};
 pub use extensions::Extensions;

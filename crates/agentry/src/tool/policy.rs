@@ -1,5 +1,6 @@
 //! A tool's call policy, set at registration: approval, the pre-approval check, timeouts.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +57,28 @@ impl std::fmt::Debug for CallPolicy {
             .field("rule_subject", &self.rule_subject)
             .field("pure", &self.pure)
             .finish()
+    }
+}
+
+impl CallPolicy {
+    /// The request to show the user for a call of `tool` with `args`: the tool's own
+    /// ([`CallPolicy::request`]), or the generic one when it has none, or its function fails or
+    /// panics (A6).
+    pub fn approval_request(&self, tool: &str, args: &Map<String, Value>) -> ApprovalRequest {
+        let Some(build) = &self.request else {
+            return ApprovalRequest::generic(tool, args);
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| build(args))) {
+            Ok(Ok(request)) => request,
+            Ok(Err(e)) => {
+                tracing::warn!(tool, error = %e, "the approval request function failed; asking generically");
+                ApprovalRequest::generic(tool, args)
+            }
+            Err(_) => {
+                tracing::warn!(tool, "the approval request function panicked; asking generically");
+                ApprovalRequest::generic(tool, args)
+            }
+        }
     }
 }
 

@@ -1,0 +1,61 @@
+//! Progress notifications of one call, to a client that asked for them with a progress token.
+
+use rmcp::RoleServer;
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::{Peer, RequestContext};
+
+/// Longest text of one progress message; longer texts are cut (the client shows them as a
+/// status line, and the final result carries everything).
+const MESSAGE_CHARS: usize = 2_000;
+
+/// Sends a call's progress: each message a step further.
+pub(crate) struct Progress {
+    target: Option<(Peer<RoleServer>, ProgressToken)>,
+    sent: u32,
+}
+
+impl Progress {
+    /// Progress for the request of `context`: nothing is sent unless it carries a token.
+    pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
+        Self {
+            target: context
+                .meta
+                .get_progress_token()
+                .map(|token| (context.peer.clone(), token)),
+            sent: 0,
+        }
+    }
+
+    /// Sends `message` as the next step. A client gone away is not an error of the call: the
+    /// call still ends as it would.
+    pub(crate) async fn send(&mut self, message: &str) {
+        let Some((peer, token)) = &self.target else {
+            return;
+        };
+        self.sent += 1;
+        let param = ProgressNotificationParam::new(token.clone(), f64::from(self.sent))
+            .with_message(cut(message, MESSAGE_CHARS));
+        if let Err(e) = peer.notify_progress(param).await {
+            tracing::debug!(error = %e, "a progress notification was not sent");
+        }
+    }
+}
+
+/// `text` cut to at most `chars` characters, with an ellipsis when cut.
+pub(crate) fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn long_texts_are_cut_on_a_character_boundary() {
+        assert_eq!(cut("héllo", 2), "hé…");
+        assert_eq!(cut("héllo", 5), "héllo");
+    }
+}

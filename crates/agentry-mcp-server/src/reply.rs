@@ -1,0 +1,163 @@
+//! One call of the reply tool: a reply of a fresh agent, its events turned into progress
+//! notifications and approval questions, and the client's cancel into the reply's.
+
+use std::pin::Pin;
+
+use agentry::CallId;
+use agentry::agent::{AgentEvent, ReplyRun, ReplySoFar, ToolCallState};
+use agentry::message::{Msg, Role};
+use agentry::tool::ApprovalDecision;
+use futures::stream::FuturesUnordered;
+use futures::{Future, StreamExt};
+use rmcp::model::{CallToolResult, ContentBlock as Content, JsonObject};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
+
+use crate::approval::Approver;
+use crate::progress::{Progress, cut};
+use crate::server::Inner;
+
+/// Longest tool result text in a progress message.
+const RESULT_CHARS: usize = 500;
+
+type Asking = Pin<Box<dyn Future<Output = (CallId, ApprovalDecision)> + Send>>;
+
+/// Runs the reply tool's call: the reply for `args.prompt`, until it ends or the client
+/// cancels the request.
+pub(crate) async fn run(
+    inner: &Inner,
+    args: JsonObject,
+    context: RequestContext<RoleServer>,
+) -> Result<CallToolResult, ErrorData> {
+    let Some(prompt) = args.get("prompt").and_then(Value::as_str) else {
+        return Err(ErrorData::invalid_params(
+            "the argument `prompt` (a string) is required",
+            None,
+        ));
+    };
+    let agent = (inner.agents)()
+        .map_err(|e| ErrorData::internal_error(format!("the agent could not be made: {e}"), None))?;
+    let name = agent.name().to_owned();
+    let run = agent.start_reply(Msg::user(prompt));
+    let mut call = ReplyCall {
+        name,
+        progress: Progress::of(&context),
+        approver: Approver::of(&context.peer),
+        so_far: ReplySoFar::default(),
+        asking: FuturesUnordered::new(),
+        cancelled: false,
+    };
+    call.follow(run, &context).await
+}
+
+struct ReplyCall {
+    /// The agent's name, in approval questions and the cancelled text.
+    name: String,
+    progress: Progress,
+    approver: Approver,
+    so_far: ReplySoFar,
+    /// Approval questions waiting for the client's answer.
+    asking: FuturesUnordered<Asking>,
+    cancelled: bool,
+}
+
+impl ReplyCall {
+    async fn follow(
+        &mut self,
+        mut run: ReplyRun,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        loop {
+            tokio::select! {
+                biased;
+                () = context.ct.cancelled(), if !self.cancelled => {
+                    self.cancelled = true;
+                    run.cancel();
+                }
+                Some((call_id, decision)) = self.asking.next(), if !self.asking.is_empty() => {
+                    // Refused when the call was cancelled meanwhile: nothing to do then.
+                    let _ = run.handle().decide(call_id, decision);
+                }
+                event = run.next_event() => match event {
+                    Some(event) => self.on_event(&run, event).await,
+                    None => break,
+                },
+            }
+        }
+        // Questions still open are moot: their calls ended with the reply.
+        self.asking.clear();
+        let outcome = run.finish().await;
+        if self.cancelled {
+            let text = self.so_far.cancelled_text(&self.name);
+            // The MCP spec gives a cancelled request no response: the partial result goes
+            // where the client sees it.
+            self.progress.send(&text).await;
+            return Ok(CallToolResult::error(vec![Content::text(text)]));
+        }
+        match outcome {
+            Ok(msg) => Ok(answer(&msg)),
+            Err(e) => Ok(CallToolResult::error(vec![Content::text(format!(
+                "the agent `{}` failed: {e}",
+                self.name
+            ))])),
+        }
+    }
+
+    async fn on_event(&mut self, run: &ReplyRun, event: AgentEvent) {
+        self.so_far.observe(&event);
+        match event {
+            AgentEvent::ToolStarted { name, .. } => {
+                self.progress.send(&format!("calling {name}")).await;
+            }
+            AgentEvent::ToolProgress { message, .. } => self.progress.send(&message).await,
+            AgentEvent::Message { msg, last: true } if msg.role != Role::Assistant => {
+                for result in msg.tool_results() {
+                    let text = format!("{}: {}", result.name, cut(&result.text(), RESULT_CHARS));
+                    self.progress.send(&text).await;
+                }
+            }
+            AgentEvent::ToolFinished {
+                name,
+                state: ToolCallState::Declined { reason },
+                ..
+            } => {
+                let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+                self.progress.send(&format!("{name} declined{why}")).await;
+            }
+            AgentEvent::ApprovalRequested {
+                call_id,
+                name,
+                input,
+                request,
+                automatic: false,
+                ..
+            } => {
+                if !self.approver.can_ask() {
+                    // Fail closed, at once: nobody can answer.
+                    let _ = run.handle().decide_no_decision(call_id);
+                    return;
+                }
+                self.progress.send(&format!("asking to approve {name}")).await;
+                let approver = self.approver.clone();
+                let agent = self.name.clone();
+                self.asking.push(Box::pin(async move {
+                    let decision = approver.ask(&agent, &name, &input, &request).await;
+                    (call_id, decision)
+                }));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The call's result: the answer's text, and its structured output when the reply made one.
+fn answer(msg: &Msg) -> CallToolResult {
+    let text = msg.text().unwrap_or_default();
+    let mut result = CallToolResult::success(vec![Content::text(text)]);
+    // A structured reply keeps its output as the message's metadata object.
+    if !msg.metadata.is_empty() {
+        result.structured_content = Some(Value::Object(msg.metadata.clone()));
+    }
+    result
+}
