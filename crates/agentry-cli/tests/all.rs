@@ -12,6 +12,7 @@ mod interactive;
 mod knowledge;
 mod local_model;
 mod mcp;
+mod mcp_serve;
 mod memory;
 mod permissions;
 mod plan;

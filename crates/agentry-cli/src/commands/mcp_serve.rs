@@ -114,13 +114,20 @@ async fn serve_http(
     args: &McpServeArgs,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
+    let addr = listener.local_addr()?;
+    // The server's own loopback origins are not foreign.
+    let port = addr.port();
+    let mut allowed_origins: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .map(|host| format!("http://{host}:{port}"))
+        .collect();
+    allowed_origins.extend(args.allowed_origins.iter().cloned());
     let router = server.http_router(HttpOptions {
         token,
         allowed_hosts: args.allowed_hosts.clone(),
-        allowed_origins: args.allowed_origins.clone(),
+        allowed_origins,
         shutdown: shutdown.clone(),
     });
-    let addr = listener.local_addr()?;
     eprintln!("agentry mcp serve: listening on http://{addr}{MCP_PATH} (Ctrl-C or SIGTERM stops)");
     let stopping = shutdown.clone();
     axum::serve(listener, router)

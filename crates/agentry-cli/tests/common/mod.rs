@@ -11,8 +11,15 @@ use std::process::{Command, Output};
 /// own config files and API settings are never read. Colours off (`NO_COLOR`).
 pub fn command(args: &[String], home: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    command.args(args);
+    clean_env(&mut command, home);
     command
-        .args(args)
+}
+
+/// The clean environment of [`command`], for another program that starts the binary itself
+/// (an MCP host, say).
+pub fn clean_env(command: &mut Command, home: &Path) {
+    command
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_MODEL")
@@ -37,7 +44,6 @@ pub fn command(args: &[String], home: &Path) -> Command {
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("HOME", home)
         .env("NO_COLOR", "1");
-    command
 }
 
 /// Runs the binary (see [`command`]) to its end, stdin closed.
