@@ -298,6 +298,11 @@ pub struct ConfigFile {
     pub name: Option<String>,
     /// What the agent does, for whoever calls it as a tool (the MCP host's model).
     pub description: Option<String>,
+    /// Sub-agents the agent calls as tools, by name: `{"researcher": {"description": "...",
+    /// "system_prompt": "...", "model": "...", "base_url": "...", "provider": "...",
+    /// "tools": [...]}}`.
+    #[serde(default)]
+    pub agents: BTreeMap<String, SubAgentConfig>,
     /// Default `max_iters`.
     pub max_iters: Option<usize>,
     /// Whether tool calls written as text run as calls (default true; `--no-tool-shim`).
@@ -337,6 +342,26 @@ pub struct ConfigFile {
     /// bytes or a size with a unit, like the flag.
     #[serde(default, deserialize_with = "size_field")]
     cache_size: Option<u64>,
+}
+
+/// A sub-agent of the config's `"agents"`: every key optional but the description. What it
+/// leaves out it takes from the agent: the model and its server, and every tool (not the
+/// other sub-agents).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubAgentConfig {
+    /// What it does: what the agent's model reads to choose it.
+    pub description: String,
+    /// Its system prompt [default: one saying it works for another agent].
+    pub system_prompt: Option<String>,
+    /// Its model's name.
+    pub model: Option<String>,
+    /// Its model's server (OpenAI-compatible, or Anthropic's with `"provider": "anthropic"`).
+    pub base_url: Option<String>,
+    /// Where its model runs.
+    pub provider: Option<ProviderName>,
+    /// The only tools it may use, by the names the agent has them by.
+    pub tools: Option<Vec<String>>,
 }
 
 /// `"permissions": {"allow": ["write_file:notes/**"], "deny": ["read_file:.env"]}`.

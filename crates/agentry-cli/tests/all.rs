@@ -20,6 +20,7 @@ mod run;
 mod scripts;
 mod serve;
 mod sessions;
+mod sub_agents;
 mod terminal;
 mod tool_shim;
 mod traces;

@@ -18,7 +18,7 @@ use crate::exposed::ExposedTools;
 
 /// Makes the agent that answers one call of the reply tool: each call gets a fresh agent, so
 /// that calls from one client, or from several, never share a conversation.
-pub type AgentSource = Arc<dyn Fn() -> Result<ReActAgent, AgentError> + Send + Sync>;
+pub use agentry::agent::AgentSource;
 
 /// An agent as an MCP server: a tool that runs a reply for a prompt, and optionally the agent's
 /// own tools (see the [crate] documentation). Cheap to clone: every MCP session of an HTTP

@@ -106,3 +106,55 @@ async fn cancelling_the_parents_call_cancels_the_child_mid_tool_and_keeps_its_pa
     parent_llm.assert_no_violations();
     child_llm.assert_no_violations();
 }
+
+#[tokio::test]
+async fn a_fresh_agent_tool_gives_each_call_its_own_conversation_even_two_at_once() {
+    let (parent_llm, child_llm) = (FakeLlm::start().await, FakeLlm::start().await);
+    let child_url = child_llm.base_url();
+    let toolkit = Toolkit::new();
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&made);
+    toolkit
+        .register(agentry::agent::AgentTool::fresh(
+            "researcher",
+            "Answers questions",
+            move || {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                crate::common::builder_at(&child_url, Toolkit::new()).build()
+            },
+        ))
+        .unwrap();
+    let parent = crate::common::builder(&parent_llm, true, toolkit)
+        .parallel_tool_calls(true)
+        .build()
+        .unwrap();
+    parent_llm.push(Reply::tool_calls([
+        Call::new("c1", "researcher", r#"{"prompt": "first question"}"#),
+        Call::new("c2", "researcher", r#"{"prompt": "second question"}"#),
+    ]));
+    parent_llm.push(Reply::text("Both answered."));
+    child_llm.push(Reply::text("An answer."));
+    child_llm.push(Reply::text("An answer."));
+
+    let answer = within("the parent's reply", parent.reply(Msg::user("two questions")))
+        .await
+        .unwrap();
+    assert_eq!(answer.text().unwrap(), "Both answered.");
+    assert_eq!(
+        made.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one agent per call"
+    );
+    for request in child_llm.requests() {
+        let messages = request.body["messages"].to_string();
+        let questions = ["first question", "second question"]
+            .iter()
+            .filter(|q| messages.contains(*q))
+            .count();
+        assert_eq!(questions, 1, "a call sees only its own prompt: {messages}");
+    }
+    assert_eq!(result_of(&parent, "c1").await, "An answer.");
+    assert_eq!(result_of(&parent, "c2").await, "An answer.");
+    parent_llm.assert_no_violations();
+    child_llm.assert_no_violations();
+}

@@ -4,6 +4,7 @@
 //! ([`tools`]), and the durable session ([`session`]), attached the same way as the server
 //! attaches its sessions.
 
+pub mod agents;
 pub mod args;
 pub mod mcp;
 pub mod memory;
@@ -125,6 +126,18 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
         );
     }
     let mcp = McpServers::start(&plan.mcp_servers, &toolkit, &plan.tools).await;
+    let inherited = agents::Inherited {
+        model: Arc::clone(&model),
+        permissions: plan.permissions.clone(),
+        max_iters: plan.max_iters,
+        parallel: plan.parallel,
+        tool_shim: plan.tool_shim,
+    };
+    if let Err(e) = agents::register_sub_agents(&plan.agents, &toolkit, &inherited).await {
+        mcp.close().await;
+        return Err(e);
+    }
+    // After the sub-agents, whose names the selection and the rules may give.
     plan.tools.warn_missing(&toolkit);
     if let Err(e) = check_permission_rules(&plan.permissions, &toolkit) {
         mcp.close().await;

@@ -60,8 +60,24 @@ pub struct AgentPlan {
     pub store: StoreArgs,
     /// The session continued (`--session`), if any.
     pub session: Option<SessionPlan>,
+    /// The sub-agents the agent calls as tools (`"agents"` in the config).
+    pub agents: Vec<SubAgentPlan>,
     /// The config file, for what the command reads besides (script tools' settings).
     pub file: ConfigFile,
+}
+
+/// A sub-agent to build: a tool of the agent that runs a reply of its own.
+pub struct SubAgentPlan {
+    /// Its name, the name of its tool.
+    pub name: String,
+    /// What its tool's description says.
+    pub description: String,
+    /// Its system prompt; `None` for the default one.
+    pub system: Option<String>,
+    /// Its own model; `None`: the agent's.
+    pub provider: Option<ProviderConfig>,
+    /// The only tools it may use; `None`: all of the agent's (not the sub-agents).
+    pub tools: Option<Vec<String>>,
 }
 
 /// The durable session a command continues.
@@ -132,10 +148,44 @@ impl AgentPlan {
                     false => PendingApprovals::Keep,
                 },
             }),
+            agents: sub_agents(args, &file)?,
             store,
             file,
         })
     }
+}
+
+/// The config's sub-agents, each model setting it gives over the agent's.
+fn sub_agents(args: &AgentArgs, file: &ConfigFile) -> anyhow::Result<Vec<SubAgentPlan>> {
+    file.agents
+        .iter()
+        .map(|(name, sub)| {
+            anyhow::ensure!(
+                !sub.description.trim().is_empty(),
+                "the sub-agent {name:?} needs a \"description\": what the agent's model reads to choose it"
+            );
+            let own_model = sub.model.is_some() || sub.base_url.is_some() || sub.provider.is_some();
+            let provider = match own_model {
+                true => {
+                    let mut model = args.model.clone();
+                    model.model = sub.model.clone().or(model.model);
+                    model.base_url = sub.base_url.clone().or(model.base_url);
+                    model.provider = sub.provider.or(model.provider);
+                    // A cassette records or replays the agent's own model.
+                    (model.record, model.replay) = (None, None);
+                    Some(provider_config(&model, file).with_context(|| format!("the sub-agent {name:?}"))?)
+                }
+                false => None,
+            };
+            Ok(SubAgentPlan {
+                name: name.clone(),
+                description: sub.description.clone(),
+                system: sub.system_prompt.clone(),
+                provider,
+                tools: sub.tools.clone(),
+            })
+        })
+        .collect()
 }
 
 /// Compaction as the flags and the config file set it.

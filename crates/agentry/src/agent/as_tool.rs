@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
-use super::{AgentEvent, ReActAgent, ReplyRun, ReplySoFar};
+use super::{AgentError, AgentEvent, ReActAgent, ReplyRun, ReplySoFar};
 use crate::message::Msg;
 use crate::tool::{Tool, ToolContext, ToolError, ToolResponse, ToolStream};
 
@@ -20,21 +20,63 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolResponse, ToolStream};
 /// child had so far: within the parent's `on_cancel` budget (100 ms by default).
 const CANCEL_WAIT: Duration = Duration::from_millis(80);
 
-/// A [`ReActAgent`] another agent calls as a tool: made by [`ReActAgent::as_tool`].
+/// Makes the agent that answers one call of an [`AgentTool::fresh`] tool.
+pub type AgentSource = Arc<dyn Fn() -> Result<ReActAgent, AgentError> + Send + Sync>;
+
+/// A [`ReActAgent`] another agent calls as a tool: made by [`ReActAgent::as_tool`] (one agent,
+/// whose conversation goes on from call to call) or [`AgentTool::fresh`] (a new agent, so a new
+/// conversation, for each call).
 ///
 /// Its one argument, `prompt` (a string), is the message the child replies to. A child's
 /// approval question is declined at once for want of a decision (fail closed): a child that
 /// needs approvals is not yet asked through its parent.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AgentTool {
-    agent: ReActAgent,
+    agent: ChildAgent,
     name: String,
     description: String,
 }
 
+#[derive(Clone)]
+enum ChildAgent {
+    Shared(ReActAgent),
+    Fresh(AgentSource),
+}
+
+impl std::fmt::Debug for AgentTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.agent {
+            ChildAgent::Shared(_) => "shared",
+            ChildAgent::Fresh(_) => "fresh",
+        };
+        f.debug_struct("AgentTool")
+            .field("name", &self.name)
+            .field("agent", &kind)
+            .finish()
+    }
+}
+
+impl AgentTool {
+    /// A tool named `name`, described by `description`, each call of which is a reply of a new
+    /// agent made by `agents`: calls share no conversation, and may run at the same time (one
+    /// agent runs one reply at a time). A server's sessions, say, each calling a sub-agent.
+    pub fn fresh(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agents: impl Fn() -> Result<ReActAgent, AgentError> + Send + Sync + 'static,
+    ) -> Self {
+        AgentTool {
+            agent: ChildAgent::Fresh(Arc::new(agents)),
+            name: name.into(),
+            description: description.into(),
+        }
+    }
+}
+
 impl ReActAgent {
     /// This agent as a tool named `name` of another agent, described by `description` (what
-    /// the parent's model reads to choose it).
+    /// the parent's model reads to choose it). Every call is a reply of this agent, in its one
+    /// conversation; see [`AgentTool::fresh`] for a new conversation per call.
     ///
     /// ```no_run
     /// # fn demo(researcher: agentry::agent::ReActAgent) -> Result<(), Box<dyn std::error::Error>> {
@@ -46,7 +88,7 @@ impl ReActAgent {
     /// ```
     pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> AgentTool {
         AgentTool {
-            agent: self.clone(),
+            agent: ChildAgent::Shared(self.clone()),
             name: name.into(),
             description: description.into(),
         }
@@ -80,7 +122,17 @@ impl Tool for AgentTool {
             let error = ToolError::InvalidArguments("`prompt` must be a string".into());
             return futures::stream::once(async move { Err(error) }).boxed();
         };
-        let run = self.agent.start_reply(Msg::user(prompt));
+        let agent = match &self.agent {
+            ChildAgent::Shared(agent) => agent.clone(),
+            ChildAgent::Fresh(agents) => match agents() {
+                Ok(agent) => agent,
+                Err(e) => {
+                    let error = ToolError::msg(format!("the agent `{}` could not be made: {e}", self.name));
+                    return futures::stream::once(async move { Err(error) }).boxed();
+                }
+            },
+        };
+        let run = agent.start_reply(Msg::user(prompt));
         let sofar = Arc::new(SoFar::default());
         let seen = Arc::clone(&sofar);
         let name = self.name.clone();

@@ -52,7 +52,7 @@ mod structured;
 pub mod trace;
 
 pub use crate::tool::{CancelOutcome, ToolCallState};
-pub use as_tool::AgentTool;
+pub use as_tool::{AgentSource, AgentTool};
 pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
 pub use compaction::{COMPACTION_KEY, Compaction, is_summary};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};

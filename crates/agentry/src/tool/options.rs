@@ -220,6 +220,9 @@ pub enum ToolkitError {
         /// What is wrong.
         reason: String,
     },
+    /// No tool has this name.
+    #[error("there is no tool named {0:?}")]
+    UnknownTool(String),
     /// A tool name that models cannot call.
     #[error("invalid tool name {0:?}: use 1-64 characters among a-z, A-Z, 0-9, '_' and '-'")]
     InvalidName(String),

@@ -104,6 +104,37 @@ impl Toolkit {
         Ok(names)
     }
 
+    /// A new toolkit holding the tools `names` of this one, as registered here (same tool, same
+    /// approval and timeout settings, same groups and their state), e.g. the tools a
+    /// sub-agent may use. The two change apart from then on: a server's later tool-list change
+    /// reaches only this toolkit.
+    ///
+    /// # Errors
+    /// [`ToolkitError::UnknownTool`] for a name this toolkit does not hold.
+    pub fn subset<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<Toolkit, ToolkitError> {
+        let source = self.read();
+        let mut tools = Vec::new();
+        for name in names {
+            let entry = source
+                .index
+                .get(name)
+                .and_then(|&i| source.tools.get(i))
+                .ok_or_else(|| ToolkitError::UnknownTool(name.to_owned()))?;
+            if !tools.iter().any(|t: &Arc<RegisteredTool>| t.name == entry.name) {
+                tools.push(Arc::clone(entry));
+            }
+        }
+        let subset = Toolkit::new();
+        {
+            let mut registry = subset.write();
+            registry.tools = tools;
+            registry.groups = source.groups.clone();
+            registry.reindex();
+            registry.refresh_schemas();
+        }
+        Ok(subset)
+    }
+
     /// Removes a tool; returns whether it existed.
     pub fn remove(&self, name: &str) -> bool {
         let mut registry = self.write();
@@ -457,6 +488,27 @@ mod tests {
         assert_eq!(toolkit.tool_names(), ["local", "y", "z"]);
         let schemas: Vec<String> = toolkit.json_schemas().iter().map(|s| s.name.clone()).collect();
         assert_eq!(schemas, ["local", "y", "z"]);
+    }
+
+    #[test]
+    fn a_subset_holds_the_named_tools_with_their_settings_and_changes_apart() {
+        let toolkit = with_local_tool();
+        toolkit
+            .register_with(tool("guarded"), ToolOptions::new().require_approval(true))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let subset = toolkit.subset(["guarded"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(subset.tool_names(), ["guarded"]);
+        assert!(subset.policy("guarded").require_approval);
+        toolkit.remove("guarded");
+        assert_eq!(
+            subset.tool_names(),
+            ["guarded"],
+            "a change of one is not the other's"
+        );
+        assert!(matches!(
+            toolkit.subset(["missing"]),
+            Err(ToolkitError::UnknownTool(name)) if name == "missing"
+        ));
     }
 
     #[test]

@@ -67,6 +67,22 @@ pub fn model(fake: &FakeLlm, stream: bool) -> OpenAiChatModel {
     .unwrap()
 }
 
+/// An agent builder on the fake model server at `base_url` (non-streaming).
+pub fn builder_at(base_url: &str, toolkit: Toolkit) -> ReActAgentBuilder {
+    let model = OpenAiChatModel::new(
+        OpenAiConfig::new("fake-model")
+            .base_url(base_url)
+            .stream(false)
+            .retry(fast_retry()),
+    )
+    .unwrap();
+    ReActAgent::builder()
+        .name("Friday")
+        .sys_prompt("You are a test agent.")
+        .model(model)
+        .toolkit(toolkit)
+}
+
 pub fn builder(fake: &FakeLlm, stream: bool, toolkit: Toolkit) -> ReActAgentBuilder {
     ReActAgent::builder()
         .name("Friday")

@@ -1,0 +1,99 @@
+//! Sub-agents from the config (`"agents"`): the agent sees a tool per sub-agent, which runs a
+//! reply of its own on its own model, with only the tools it was given.
+
+use agentry_testkit::{Call, FakeLlm, Reply};
+use serde_json::json;
+
+use crate::common::{agentry, run_args, text, tool_message};
+
+#[tokio::test]
+async fn a_sub_agent_answers_on_its_own_model_with_only_its_tools_and_its_answer_is_the_calls_result() {
+    let (parent, child) = (FakeLlm::start().await, FakeLlm::start().await);
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.json");
+    let agents = json!({"agents": {"researcher": {
+        "description": "Finds facts and checks them",
+        "base_url": child.base_url(),
+        "model": "small-model",
+        "tools": ["calculate"],
+        "system_prompt": "You research."
+    }}});
+    std::fs::write(&config, agents.to_string()).unwrap();
+    parent.push(Reply::tool_calls([Call::new(
+        "r",
+        "researcher",
+        r#"{"prompt": "What is 6*7?"}"#,
+    )]));
+    parent.push(Reply::text("The researcher found 42."));
+    child.push(Reply::tool_calls([Call::new(
+        "c",
+        "calculate",
+        r#"{"expression": "6*7"}"#,
+    )]));
+    child.push(Reply::text("6*7 is 42."));
+
+    let config = config.display().to_string();
+    let out = agentry(
+        run_args(
+            &parent.base_url(),
+            home.path(),
+            &["--no-mcp", "--config", &config],
+            "ask the researcher",
+        ),
+        home.path(),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("The researcher found 42."));
+
+    // The parent sees the sub-agent as a tool, described as configured.
+    let offered = parent.requests()[0].body["tools"].to_string();
+    assert!(
+        offered.contains("\"researcher\"") && offered.contains("Finds facts and checks them"),
+        "{offered}"
+    );
+    // The child ran on its own model, with its prompt, the parent's question and only its tool.
+    let asked = &child.requests()[0].body;
+    assert_eq!(asked["model"], "small-model");
+    assert_eq!(asked["messages"][0]["content"], "You research.");
+    assert!(asked["messages"].to_string().contains("What is 6*7?"));
+    let tools: Vec<String> = asked["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tools, ["calculate"]);
+    assert_eq!(tool_message(&parent, 1, "r"), "6*7 is 42.");
+    parent.assert_no_violations();
+    child.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_sub_agent_without_a_description_or_with_an_unknown_tool_stops_the_command_at_once() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    for (agents, says) in [
+        (json!({"helper": {"description": " "}}), "needs a \"description\""),
+        (
+            json!({"helper": {"description": "Helps", "tools": ["no_such_tool"]}}),
+            "no_such_tool",
+        ),
+    ] {
+        let config = home.path().join("config.json");
+        std::fs::write(&config, json!({ "agents": agents }).to_string()).unwrap();
+        let config = config.display().to_string();
+        let out = agentry(
+            run_args(
+                &fake.base_url(),
+                home.path(),
+                &["--no-mcp", "--config", &config],
+                "hi",
+            ),
+            home.path(),
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
+    }
+    assert_eq!(fake.request_count(), 0);
+}
