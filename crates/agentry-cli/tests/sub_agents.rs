@@ -4,7 +4,8 @@
 use agentry_testkit::{Call, FakeLlm, Reply};
 use serde_json::json;
 
-use crate::common::{agentry, run_args, text, tool_message};
+use crate::common::program::Program;
+use crate::common::{agentry, run_args, text, tool_message, write_call};
 
 #[tokio::test]
 async fn a_sub_agent_answers_on_its_own_model_with_only_its_tools_and_its_answer_is_the_calls_result() {
@@ -96,4 +97,47 @@ async fn a_sub_agent_without_a_description_or_with_an_unknown_tool_stops_the_com
         assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
     }
     assert_eq!(fake.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_write_is_asked_of_the_user_naming_the_sub_agent_and_done_once_approved() {
+    let (parent, child) = (FakeLlm::start().await, FakeLlm::start().await);
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.json");
+    let agents = json!({"agents": {"scribe": {
+        "description": "Writes notes", "base_url": child.base_url(), "tools": ["write_file"]
+    }}});
+    std::fs::write(&config, agents.to_string()).unwrap();
+    parent.push(Reply::tool_calls([Call::new(
+        "s",
+        "scribe",
+        r#"{"prompt": "write hello"}"#,
+    )]));
+    parent.push(Reply::text("The scribe wrote it."));
+    child.push(write_call());
+    child.push(Reply::text("Written."));
+
+    let config = config.display().to_string();
+    let mut program = Program::start(
+        &run_args(
+            &parent.base_url(),
+            home.path(),
+            &["--no-mcp", "--config", &config],
+            "take a note",
+        ),
+        home.path(),
+    );
+    program.stderr_has("? Write notes.txt?").await;
+    program.stderr_has("The agent `scribe` asks").await;
+    program.type_line("y");
+    let (status, out, err) = program.finish().await;
+    assert!(status.success(), "{err}");
+    assert_eq!(out, "The scribe wrote it.\n");
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("notes.txt")).unwrap(),
+        "hello"
+    );
+    assert!(tool_message(&child, 1, "w").contains("Wrote 5 bytes"));
+    parent.assert_no_violations();
+    child.assert_no_violations();
 }

@@ -1,14 +1,17 @@
 //! An agent as a tool of another (`ReActAgent::as_tool`): the child's answer is the call's
-//! result, its usage adds up to the parent's reply, and a cancel of the parent's call cancels
-//! the child mid-tool and hands back what the child had.
+//! result, its usage adds up to the parent's reply, a cancel of the parent's call cancels the
+//! child mid-tool and hands back what the child had, and the child's approval questions are
+//! asked of the parent's user.
 
 use agentry::agent::{AgentEvent, ReActAgent};
 use agentry::message::Msg;
 use agentry::tool::Toolkit;
 use agentry_testkit::{Call, FakeLlm, Reply};
 
-use crate::common::probe::Probe;
-use crate::common::{agent, within};
+use agentry::tool::ApprovalDecision;
+
+use crate::common::probe::{Driver, Probe, asked};
+use crate::common::{agent, tool_message, within};
 
 /// The text of the result of call `id` in `agent`'s memory; fails unless there is exactly one.
 async fn result_of(agent: &ReActAgent, id: &str) -> String {
@@ -155,6 +158,95 @@ async fn a_fresh_agent_tool_gives_each_call_its_own_conversation_even_two_at_onc
     }
     assert_eq!(result_of(&parent, "c1").await, "An answer.");
     assert_eq!(result_of(&parent, "c2").await, "An answer.");
+    parent_llm.assert_no_violations();
+    child_llm.assert_no_violations();
+}
+
+/// A parent whose tool `researcher` is a child agent with the probe tool `read_pages`, which
+/// needs approval; the child's model calls it once as `k1`.
+async fn parent_of_a_guarded_child(parent_llm: &FakeLlm, child_llm: &FakeLlm, probe: &Probe) -> ReActAgent {
+    let child_tools = Toolkit::new();
+    child_tools
+        .register_with(
+            probe.tool("read_pages"),
+            agentry::tool::ToolOptions::new().require_approval(true),
+        )
+        .unwrap();
+    let child = agent(child_llm, true, child_tools);
+    child_llm.push(Reply::tool_calls([Call::new(
+        "k1",
+        "read_pages",
+        r#"{"result": "3 pages"}"#,
+    )]));
+    child_llm.push(Reply::text("The sources say yes."));
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(child.as_tool("researcher", "Reads sources"))
+        .unwrap();
+    parent_llm.push(researcher_call("read the sources"));
+    parent_llm.push(Reply::text("Done."));
+    agent(parent_llm, true, toolkit)
+}
+
+#[tokio::test]
+async fn a_childs_approval_is_asked_of_the_parents_user_naming_the_child_and_decides_its_call() {
+    for approve in [true, false] {
+        let (parent_llm, child_llm) = (FakeLlm::start().await, FakeLlm::start().await);
+        let probe = Probe::new();
+        let parent = parent_of_a_guarded_child(&parent_llm, &child_llm, &probe).await;
+        let (handle, mut driver) = Driver::go(&parent);
+
+        let asked = driver.wait_for("the child's question", asked("c1.k1")).await;
+        let AgentEvent::ApprovalRequested { name, request, .. } = asked else {
+            unreachable!()
+        };
+        assert_eq!(name, "researcher: read_pages");
+        assert!(
+            request.message.starts_with("The agent `researcher` asks: "),
+            "{}",
+            request.message
+        );
+        let decision = match approve {
+            true => ApprovalDecision::Approve,
+            false => ApprovalDecision::Decline {
+                reason: Some("not now".into()),
+            },
+        };
+        handle.decide("c1.k1", decision).unwrap();
+        assert!(
+            handle.decide("c1.k1", ApprovalDecision::Approve).is_err(),
+            "the first decision wins"
+        );
+        let (answer, events) = driver.finish().await;
+        assert_eq!(answer.unwrap().text().unwrap(), "Done.");
+        assert!(events.iter().any(|e| matches!(e,
+            AgentEvent::ApprovalResolved { call_id, .. } if call_id.as_str() == "c1.k1")));
+        assert_eq!(probe.runs(), usize::from(approve), "approve: {approve}");
+        let child_result = tool_message(&child_llm, 1, "k1");
+        assert_eq!(child_result.contains("3 pages"), approve, "{child_result}");
+        parent_llm.assert_no_violations();
+        child_llm.assert_no_violations();
+    }
+}
+
+#[tokio::test]
+async fn cancelling_the_parents_call_withdraws_the_childs_question_and_its_call_never_runs() {
+    let (parent_llm, child_llm) = (FakeLlm::start().await, FakeLlm::start().await);
+    let probe = Probe::new();
+    let parent = parent_of_a_guarded_child(&parent_llm, &child_llm, &probe).await;
+    let (handle, mut driver) = Driver::go(&parent);
+    driver.wait_for("the child's question", asked("c1.k1")).await;
+    handle.cancel_call("c1");
+    driver
+        .wait_for(
+            "the question withdrawn",
+            |e| matches!(e, AgentEvent::ApprovalWithdrawn { call_id, .. } if call_id.as_str() == "c1.k1"),
+        )
+        .await;
+    assert!(handle.decide("c1.k1", ApprovalDecision::Approve).is_err());
+    let (answer, _) = driver.finish().await;
+    assert_eq!(answer.unwrap().text().unwrap(), "Done.");
+    assert_eq!(probe.runs(), 0);
     parent_llm.assert_no_violations();
     child_llm.assert_no_violations();
 }

@@ -21,9 +21,9 @@ use crate::memory::{Memory, MemoryError};
 use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ChatUsage;
 use crate::tool::{
-    ApprovalRequest, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause,
-    CancelPhase, CancelReason, DecisionSource, INTERRUPTED_RESTART, OnCancel, PreparedCall, ProgressFn,
-    ToolCallState, ToolContext, ToolResponse, UsageFn, UserAction, declined_text, timed_out_text,
+    ApprovalRequest, AskFn, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause,
+    CancelPhase, CancelReason, DecisionSource, INTERRUPTED_RESTART, NestedApproval, OnCancel, PreparedCall,
+    ProgressFn, ToolCallState, ToolContext, ToolResponse, UsageFn, UserAction, declined_text, timed_out_text,
 };
 
 /// Where a batch's results go in memory: right after the assistant message, in call order,
@@ -414,7 +414,8 @@ impl ReplyCx<'_> {
             self.inner.config.settings.cancel_grace,
             self.inner.config.settings.on_cancel_budget,
             self.inner.config.extensions.clone(),
-        );
+        )
+        .with_asker(self.ask_fn(&call.id));
         let mut chunks = self.inner.config.toolkit.run(prepared, call, ctx);
         let started = tokio::time::Instant::now();
         let mut limits = Limits::new(started, policy);
@@ -505,6 +506,19 @@ impl ReplyCx<'_> {
                 },
             );
         }))
+    }
+
+    /// How call `call_id` asks the user its nested calls' questions: through this reply.
+    fn ask_fn(&self, call_id: &CallId) -> AskFn {
+        // Weak, as for progress: a context kept by a tool must not keep the reply alive.
+        let active = Arc::downgrade(&self.active);
+        let events = Arc::clone(&self.inner.events);
+        let call_id = call_id.clone();
+        Arc::new(move |question: NestedApproval| match active.upgrade() {
+            Some(active) => active.ask_question(&events, &call_id, question),
+            // The reply is over: the sender drops here, and the question reads "no decision".
+            None => tokio::sync::oneshot::channel().1,
+        })
     }
 
     /// Shows a non-final chunk as the result message's current state.

@@ -9,12 +9,15 @@
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::{AgentError, AgentEvent, ReActAgent, ReplyRun, ReplySoFar};
+use crate::CallId;
 use crate::message::Msg;
-use crate::tool::{Tool, ToolContext, ToolError, ToolResponse, ToolStream};
+use crate::tool::{ApprovalDecision, NestedApproval, Tool, ToolContext, ToolError, ToolResponse, ToolStream};
 
 /// How long a cancelled call waits for the child's reply to end before it hands back what the
 /// child had so far: within the parent's `on_cancel` budget (100 ms by default).
@@ -28,8 +31,11 @@ pub type AgentSource = Arc<dyn Fn() -> Result<ReActAgent, AgentError> + Send + S
 /// conversation, for each call).
 ///
 /// Its one argument, `prompt` (a string), is the message the child replies to. A child's
-/// approval question is declined at once for want of a decision (fail closed): a child that
-/// needs approvals is not yet asked through its parent.
+/// approval question is asked of the parent's user, naming the child
+/// ([`ToolContext::ask_approval`]): the parent's reply shows it as an `ApprovalRequested` of id
+/// `"{parent call}.{child call}"`, named `"{agent}: {tool}"`, decided with the parent's
+/// [`AgentHandle::decide`](crate::agent::AgentHandle::decide). Cancelling the parent's call
+/// withdraws it.
 #[derive(Clone)]
 pub struct AgentTool {
     agent: ChildAgent,
@@ -143,6 +149,7 @@ impl Tool for AgentTool {
             sofar,
             cancel_sent: false,
             name: self.name.clone(),
+            asking: FuturesUnordered::new(),
         };
         futures::stream::unfold(child, |mut child| async move {
             let chunk = child.next_chunk().await?;
@@ -192,6 +199,8 @@ struct Child {
     sofar: Arc<SoFar>,
     cancel_sent: bool,
     name: String,
+    /// The child's approval questions, asked of the parent's user.
+    asking: FuturesUnordered<BoxFuture<'static, (CallId, ApprovalDecision)>>,
 }
 
 impl Child {
@@ -204,6 +213,11 @@ impl Child {
                 () = self.ctx.cancelled(), if !self.cancel_sent => {
                     self.cancel_sent = true;
                     run.cancel();
+                    continue;
+                }
+                Some((call_id, decision)) = self.asking.next(), if !self.asking.is_empty() => {
+                    // Refused when the child's call was cancelled meanwhile: nothing to decide.
+                    let _ = run.handle().decide(call_id, decision);
                     continue;
                 }
                 event = run.next_event() => event,
@@ -236,13 +250,22 @@ impl Child {
             }
             AgentEvent::ApprovalRequested {
                 call_id,
+                name,
+                input,
+                mut request,
                 automatic: false,
                 ..
             } => {
-                if let Some(run) = &self.run {
-                    // Nobody can decide a child's question yet: declined, never run silently.
-                    let _ = run.handle().decide_no_decision(call_id);
-                }
+                // Asked of the parent's user, naming the child; the answer decides the child's call.
+                request.message = format!("The agent `{}` asks: {}", self.name, request.message);
+                let question = NestedApproval {
+                    id: call_id.as_str().to_owned(),
+                    name: format!("{}: {name}", self.name),
+                    input,
+                    request,
+                };
+                let answer = self.ctx.ask_approval(question);
+                self.asking.push(async move { (call_id, answer.await) }.boxed());
                 None
             }
             AgentEvent::ReplyFinished { usage, .. } => {

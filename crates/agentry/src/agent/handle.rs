@@ -14,7 +14,8 @@ use super::events::{AgentEvent, CancelTarget, EventHub};
 use super::meter::Meter;
 use crate::model::ChatUsage;
 use crate::tool::{
-    ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, ToolCallState,
+    ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, NestedApproval,
+    ToolCallState,
 };
 use crate::{CallId, ReplyId};
 
@@ -43,6 +44,9 @@ struct ReplyState {
     finished: bool,
     calls: Vec<Arc<CallRecord>>,
     approvals: HashMap<CallId, oneshot::Sender<ApprovalDecision>>,
+    /// Nested calls' questions asked through a running call (`ToolContext::ask_approval`), by
+    /// question id: the asking call's id, and where the answer goes.
+    questions: HashMap<CallId, (CallId, oneshot::Sender<ApprovalDecision>)>,
 }
 
 /// The reply that is running now, as the handle and the loop share it.
@@ -129,6 +133,9 @@ impl ActiveReply {
                 },
             );
         });
+        if !matches!(commit, CancelCommit::Refused(_)) {
+            self.withdraw_questions(hub, &record.call_id);
+        }
         match commit {
             CancelCommit::BeforeStart { was_pending_approval } => {
                 if was_pending_approval {
@@ -185,9 +192,99 @@ impl ActiveReply {
         CancelOutcome::Cancelled
     }
 
+    /// Asks the user a question of call `asker` (see `ToolContext::ask_approval`): announced as
+    /// an approval request of id `"{asker}.{question.id}"`. The sender is dropped at once (no
+    /// decision) when the call is no longer running.
+    pub(crate) fn ask_question(
+        &self,
+        hub: &EventHub,
+        asker: &CallId,
+        question: NestedApproval,
+    ) -> oneshot::Receiver<ApprovalDecision> {
+        let (answer, answered) = oneshot::channel();
+        let running = self
+            .call(asker)
+            .is_some_and(|record| record.terminal().is_none() && !record.token.is_cancelled());
+        if !running {
+            return answered;
+        }
+        let id = CallId::new(format!("{asker}.{}", question.id));
+        self.state().questions.insert(id.clone(), (asker.clone(), answer));
+        self.emit(
+            hub,
+            AgentEvent::ApprovalRequested {
+                reply_id: self.reply_id.clone(),
+                call_id: id,
+                name: question.name,
+                input: question.input,
+                request: question.request,
+                automatic: false,
+            },
+        );
+        answered
+    }
+
+    /// Answers question `id`, if it is one; the first answer wins (A16).
+    fn answer_question(
+        &self,
+        hub: &EventHub,
+        id: &str,
+        decision: ApprovalDecision,
+        source: DecisionSource,
+    ) -> Option<Result<(), ApprovalError>> {
+        let (_, answer) = self.state().questions.remove(id)?;
+        if answer.send(decision.clone()).is_err() {
+            // The asking call stopped listening: nothing was decided.
+            return Some(Err(ApprovalError::NotPending(id.into())));
+        }
+        self.emit(
+            hub,
+            AgentEvent::ApprovalResolved {
+                reply_id: self.reply_id.clone(),
+                call_id: id.into(),
+                decision,
+                source,
+            },
+        );
+        Some(Ok(()))
+    }
+
+    /// Withdraws the open questions of call `asker` (it was cancelled, P2).
+    fn withdraw_questions(&self, hub: &EventHub, asker: &CallId) {
+        let withdrawn: Vec<CallId> = {
+            let mut state = self.state();
+            let ids: Vec<CallId> = state
+                .questions
+                .iter()
+                .filter(|(_, (call, _))| call == asker)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &ids {
+                state.questions.remove(id);
+            }
+            ids
+        };
+        for call_id in withdrawn {
+            self.emit(
+                hub,
+                AgentEvent::ApprovalWithdrawn {
+                    reply_id: self.reply_id.clone(),
+                    call_id,
+                },
+            );
+        }
+    }
+
     /// Declines every pending approval as "no decision": nobody is left to decide (A15). The
     /// waiting calls wake up when their senders are dropped here.
     pub(crate) fn decline_pending(&self, hub: &EventHub) {
+        let questions: Vec<CallId> = self.state().questions.keys().cloned().collect();
+        for id in questions {
+            let declined = ApprovalDecision::Decline {
+                reason: Some(NO_DECISION.to_owned()),
+            };
+            self.answer_question(hub, &id, declined, DecisionSource::NoDecision);
+        }
         let pending: Vec<CallId> = self.state().approvals.keys().cloned().collect();
         for call_id in pending {
             if let Some(record) = self.call(&call_id) {
@@ -233,7 +330,10 @@ impl ActiveReply {
         self.state().approvals.remove(call_id);
     }
 
-    fn decide(&self, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+    fn decide(&self, hub: &EventHub, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+        if let Some(answered) = self.answer_question(hub, call_id, decision.clone(), DecisionSource::User) {
+            return answered;
+        }
         let sender = self.state().approvals.remove(call_id);
         let record = self.call(call_id);
         let (Some(sender), Some(record)) = (sender, record.as_ref()) else {
@@ -258,6 +358,12 @@ impl ActiveReply {
     /// Declines one pending call as "no decision" (A15), in the way [`Self::decline_pending`]
     /// does for all: the waiting call wakes up when its sender is dropped here.
     fn decide_no_decision(&self, hub: &EventHub, call_id: &str) -> Result<(), ApprovalError> {
+        let declined = ApprovalDecision::Decline {
+            reason: Some(NO_DECISION.to_owned()),
+        };
+        if let Some(answered) = self.answer_question(hub, call_id, declined, DecisionSource::NoDecision) {
+            return answered;
+        }
         let not_pending = || ApprovalError::NotPending(call_id.into());
         // Taking the sender is the decision: whoever takes it first wins (A16).
         let sender = self.state().approvals.remove(call_id).ok_or_else(not_pending)?;
@@ -352,7 +458,7 @@ impl AgentHandle {
     ) -> Result<(), ApprovalError> {
         let call_id = call_id.into();
         match self.inner.active_reply() {
-            Some(reply) => reply.decide(&call_id, decision),
+            Some(reply) => reply.decide(&self.inner.events, &call_id, decision),
             None => Err(ApprovalError::NotPending(call_id)),
         }
     }
@@ -393,7 +499,7 @@ mod tests {
         let mut answer = reply.expect_decision(&record).unwrap();
         let _ = record.cancel(CancelReason::User, || {});
         assert_eq!(
-            reply.decide("c", ApprovalDecision::Approve),
+            reply.decide(&EventHub::default(), "c", ApprovalDecision::Approve),
             Err(ApprovalError::Cancelled("c".into()))
         );
         assert!(

@@ -1,12 +1,15 @@
 //! The per-call execution context.
 
 use crate::CallId;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Value;
+use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::approval::UserAction;
+use super::approval::{ApprovalDecision, ApprovalRequest, UserAction};
 use super::call::CallRecord;
 use super::extensions::Extensions;
 use crate::model::ChatUsage;
@@ -16,6 +19,25 @@ pub(crate) type ProgressFn = Arc<dyn Fn(&str, Option<&str>, &str) + Send + Sync>
 
 /// Receives `report_usage()`: what a tool's own model calls used.
 pub(crate) type UsageFn = Arc<dyn Fn(&ChatUsage) + Send + Sync>;
+/// Asks the agent's user a nested call's approval question; the answer comes on the receiver
+/// (dropped: nobody can answer).
+pub(crate) type AskFn = Arc<dyn Fn(NestedApproval) -> oneshot::Receiver<ApprovalDecision> + Send + Sync>;
+
+/// A question a running call asks the agent's user: may a call the tool makes on its own
+/// behalf run? A sub-agent's tool call that needs approval, say
+/// ([`AgentTool`](crate::agent::AgentTool)).
+#[derive(Debug, Clone)]
+pub struct NestedApproval {
+    /// The nested call's id, unique within this call: the question's id is
+    /// `"{this call's id}.{id}"`.
+    pub id: String,
+    /// What runs, as the user sees it: `"researcher: write_file"`.
+    pub name: String,
+    /// Its arguments.
+    pub input: Value,
+    /// What to show the user.
+    pub request: ApprovalRequest,
+}
 
 /// The default time a cancelled body may keep running to unwind before it is dropped (X14).
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
@@ -49,6 +71,7 @@ struct Inner {
     record: Arc<CallRecord>,
     progress: Option<ProgressFn>,
     usage: Option<UsageFn>,
+    ask: Option<AskFn>,
     user_action: Option<UserAction>,
     cancel_grace: Duration,
     // Read by the MCP tools only.
@@ -94,11 +117,51 @@ impl ToolContext {
                 record: Arc::clone(&inner.record),
                 progress: inner.progress.clone(),
                 usage: inner.usage.clone(),
+                ask: inner.ask.clone(),
                 user_action: inner.user_action,
                 cancel_grace: inner.cancel_grace,
                 on_cancel_budget: inner.on_cancel_budget,
                 extensions,
             }),
+        }
+    }
+
+    /// This context, its nested approval questions asked through `ask`.
+    pub(crate) fn with_asker(self, ask: AskFn) -> Self {
+        let inner = &self.inner;
+        ToolContext {
+            inner: Arc::new(Inner {
+                record: Arc::clone(&inner.record),
+                progress: inner.progress.clone(),
+                usage: inner.usage.clone(),
+                ask: Some(ask),
+                user_action: inner.user_action,
+                cancel_grace: inner.cancel_grace,
+                on_cancel_budget: inner.on_cancel_budget,
+                extensions: inner.extensions.clone(),
+            }),
+        }
+    }
+
+    /// Asks the agent's user whether a call this tool makes on its own behalf may run (a
+    /// sub-agent's call that needs approval): the agent shows it as an `ApprovalRequested` of
+    /// id `"{this call's id}.{question.id}"`, answered with
+    /// [`AgentHandle::decide`](crate::agent::AgentHandle::decide) like any other. Declined
+    /// ("no decision") when nobody can answer: outside an agent, or once this call is
+    /// cancelled (the question is then withdrawn).
+    pub fn ask_approval(
+        &self,
+        question: NestedApproval,
+    ) -> impl Future<Output = ApprovalDecision> + Send + 'static {
+        let answer = self.inner.ask.as_ref().map(|ask| ask(question));
+        async move {
+            let no_decision = || ApprovalDecision::Decline {
+                reason: Some("no decision".to_owned()),
+            };
+            match answer {
+                Some(answer) => answer.await.unwrap_or_else(|_| no_decision()),
+                None => no_decision(),
+            }
         }
     }
 
@@ -122,6 +185,7 @@ impl ToolContext {
                 record,
                 progress,
                 usage,
+                ask: None,
                 user_action,
                 cancel_grace,
                 on_cancel_budget,

@@ -54,8 +54,8 @@ pub use call::{
     DECLINED, INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
 };
 pub(crate) use call::{CallRecord, CancelCommit};
-pub use context::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET, ToolContext};
-pub(crate) use context::{ProgressFn, UsageFn};
+pub(crate) use context::{AskFn, ProgressFn, UsageFn};
+pub use context::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET, NestedApproval, ToolContext};
 pub use extensions::Extensions;
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
