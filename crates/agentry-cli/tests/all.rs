@@ -4,6 +4,7 @@
 
 mod common;
 
+mod a2a;
 mod cassette;
 mod cluster;
 mod crash;

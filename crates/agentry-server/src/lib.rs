@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod a2a;
 mod bodies;
 mod cluster;
 mod control;
@@ -58,6 +59,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Router};
 
+pub use a2a::AgentIdentity;
 pub use error::ApiError;
 pub use loopback_guard::LoopbackGuard;
 pub use openapi::ApiDoc;
@@ -147,6 +149,14 @@ impl Server {
         self
     }
 
+    /// Who the agent is: the name and description its A2A agent card gives.
+    pub fn identity(mut self, identity: AgentIdentity) -> Self {
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            state.identity = identity;
+        }
+        self
+    }
+
     /// Without a token, also answer requests addressed to `host` (a name, or `name:port`), as
     /// when the server is reached under a name of the machine's own. Loopback names always are.
     pub fn allow_host(mut self, host: &str) -> Self {
@@ -163,14 +173,21 @@ impl Server {
 
     /// The API behind `security`, and the web page at `/`.
     pub fn router(&self, security: Security) -> Router {
+        // The page and the A2A agent card are open: they hold no data.
+        let public = page::routes()
+            .route(
+                "/.well-known/agent-card.json",
+                axum::routing::get(a2a::agent_card),
+            )
+            .with_state(Arc::clone(&self.state));
         let page = match security {
             Security::Loopback => {
                 let guard = Arc::new(self.guard.clone());
-                page::routes().layer(middleware::from_fn(move |request: Request, next: Next| {
+                public.layer(middleware::from_fn(move |request: Request, next: Next| {
                     Arc::clone(&guard).page(request, next)
                 }))
             }
-            Security::Token(_) | Security::Users(_) => page::routes(),
+            Security::Token(_) | Security::Users(_) => public,
         };
         page.merge(self.api(security))
     }

@@ -40,6 +40,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/sessions/{id}/cancel", post(cancel_reply))
         .route("/v1/sessions/{id}/calls/{call_id}/cancel", post(cancel_call))
         .route("/v1/sessions/{id}/calls/{call_id}/decision", post(decide))
+        .route(crate::a2a::A2A_PATH, post(crate::a2a::endpoint))
 }
 
 /// Liveness.

@@ -152,6 +152,10 @@ pub struct AppState {
     pub(crate) tails: Option<Arc<crate::log_tails::LogTails>>,
     /// This node's requests waiting for another node's answer to their control.
     pub(crate) answers: crate::control::Answers,
+    /// Who the agent is, for its A2A card.
+    pub(crate) identity: crate::a2a::AgentIdentity,
+    /// The A2A tasks run here.
+    pub(crate) a2a: Arc<crate::a2a::Tasks>,
 }
 
 impl AppState {
@@ -174,6 +178,8 @@ impl AppState {
             event_writer: std::sync::OnceLock::new(),
             stopping: tokio_util::sync::CancellationToken::new(),
             answers: crate::control::Answers::default(),
+            identity: crate::a2a::AgentIdentity::default(),
+            a2a: Arc::default(),
         }
     }
 

@@ -317,6 +317,22 @@ async fn a_token_is_required_off_loopback_and_checked_on_every_route() {
             .unwrap();
         assert_eq!(wrong.status().as_u16(), 401, "{path}");
     }
+    // A2A: the JSON-RPC endpoint needs the token; the agent card, which holds no data, not.
+    let a2a = guarded
+        .client
+        .post(format!("{}/a2a", guarded.base))
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(a2a.status().as_u16(), 401);
+    let card = guarded
+        .client
+        .get(format!("{}/.well-known/agent-card.json", guarded.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(card.status().as_u16(), 200);
     let right = guarded
         .client
         .get(format!("{}/v1/tools", guarded.base))

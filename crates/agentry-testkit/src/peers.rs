@@ -12,7 +12,7 @@ pub fn peers_dir() -> PathBuf {
     let dir = std::env::var_os("AGENTRY_TEST_PEERS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-peers"));
-    if !dir.join(".installed-v2").exists() {
+    if !dir.join(".installed-v3").exists() {
         panic!(
             "the MCP test peers are not installed in {}: run scripts/install-test-peers",
             dir.display()

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agentry_server::{Security, Server, TokenFile};
+use agentry_server::{AgentIdentity, Security, Server, TokenFile};
 use agentry_store::SessionStore;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
@@ -108,6 +108,13 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
     );
     let security = security(&args)?;
     let plan = AgentPlan::resolve(&args.agent)?;
+    let mut identity = AgentIdentity::default();
+    if let Some(name) = &plan.file.name {
+        identity.name = name.clone();
+    }
+    if let Some(description) = &plan.file.description {
+        identity.description = description.clone();
+    }
     let store: Arc<dyn SessionStore> = plan.store.open_sessions().await?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
@@ -118,7 +125,7 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
         mcp,
         local: _,
     } = recipe(plan).await?;
-    let mut server = Server::new(store, toolkit, builder);
+    let mut server = Server::new(store, toolkit, builder).identity(identity);
     for host in &args.allowed_hosts {
         server = server.allow_host(host);
     }

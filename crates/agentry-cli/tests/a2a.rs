@@ -1,0 +1,284 @@
+//! `agentry serve` over A2A v1.0, driven by the official A2A Python SDK's client: the agent
+//! card, a task answered, a streamed task, a task cancelled mid-tool with the partial result,
+//! and an approval asked as `input-required` and answered in the same task.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agentry_testkit::peers::peers_dir;
+use agentry_testkit::{Call, FakeLlm, Reply};
+use serde_json::{Value, json};
+
+use crate::common::program::Program;
+use crate::common::{
+    clean_env, output_within, serve_args, server_base, slow_tree, text, tool_message, write_call,
+};
+
+/// The SDK client in `mode` against the server at `base`; what it printed.
+async fn a2a_client(home: &Path, base: &str, mode: &str, prompt: &str, answer: &str) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/a2a_client.py");
+    let mut command = Command::new(peers_dir().join("venv/bin/python"));
+    command.arg(script).args([mode, base, prompt, answer]);
+    clean_env(&mut command, home);
+    let output = output_within(command, std::time::Duration::from_secs(90)).await;
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(
+        output.status.success(),
+        "the A2A client failed:\n{stdout}\n{stderr}"
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"))
+}
+
+async fn server(fake: &FakeLlm, home: &Path, extra: &[&str]) -> (Program, String) {
+    let mut flags = vec!["--addr", "127.0.0.1:0"];
+    flags.extend_from_slice(extra);
+    let server = Program::start(&serve_args(fake, home, &flags), home);
+    let base = server_base(&server).await;
+    (server, base)
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or_default()
+}
+
+fn status_text(task: &Value) -> String {
+    task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_client_reads_the_card_and_gets_a_task_answered() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"name": "notes-agent", "description": "Answers from the notes"}).to_string(),
+    )
+    .unwrap();
+    fake.push(Reply::tool_calls([Call::new(
+        "t",
+        "calculate",
+        r#"{"expression": "6*7"}"#,
+    )]));
+    fake.push(Reply::text("6 times 7 is 42."));
+    let config = home.path().join("config.json").display().to_string();
+    let (server, base) = server(&fake, home.path(), &["--config", &config]).await;
+    let seen = a2a_client(home.path(), &base, "send", "What is 6*7?", "").await;
+
+    let card = &seen["card"];
+    assert_eq!(card["name"], "notes-agent");
+    assert_eq!(card["description"], "Answers from the notes");
+    assert_eq!(card["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
+    assert_eq!(card["supportedInterfaces"][0]["url"], format!("{base}/a2a"));
+    assert_eq!(card["capabilities"]["streaming"], true);
+    let task = &seen["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(status_text(task), "6 times 7 is 42.");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "6 times 7 is 42.");
+    assert_eq!(task["history"][0]["role"], "ROLE_USER");
+    assert_eq!(seen["got"]["id"], task["id"], "GetTask finds it");
+    assert_eq!(
+        seen["got"]["history"].as_array().map(Vec::len),
+        Some(1),
+        "historyLength 1"
+    );
+    assert!(fake.requests()[0].body.to_string().contains("What is 6*7?"));
+    // The context is a session of the server, with the conversation in it.
+    let context = task["contextId"].as_str().unwrap();
+    let session = crate::common::http_client()
+        .get(format!("{base}/v1/sessions/{context}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(session.contains("6 times 7 is 42."), "{session}");
+    server.terminate();
+    server.finish().await;
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_task_shows_its_tool_calls_and_ends_with_the_answer() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    fake.push(Reply::tool_calls([Call::new(
+        "t",
+        "calculate",
+        r#"{"expression": "2+2"}"#,
+    )]));
+    fake.push(Reply::text("Four."));
+    let (server, base) = server(&fake, home.path(), &[]).await;
+    let seen = a2a_client(home.path(), &base, "stream", "2+2?", "").await;
+    let events = seen["events"].as_array().unwrap();
+    assert_eq!(state(&events[0]["task"]), "TASK_STATE_SUBMITTED", "{seen}");
+    let texts: Vec<String> = events
+        .iter()
+        .filter_map(|e| e.get("statusUpdate"))
+        .map(status_text)
+        .collect();
+    assert!(texts.contains(&"calling calculate".to_owned()), "{texts:?}");
+    assert!(texts.contains(&"calculate: 4".to_owned()), "{texts:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["artifactUpdate"]["artifact"]["parts"][0]["text"] == "Four.")
+    );
+    let last = events.last().unwrap();
+    assert_eq!(
+        state(&last["statusUpdate"]),
+        "TASK_STATE_COMPLETED",
+        "the stream ends with the task"
+    );
+    server.terminate();
+    server.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_task_mid_tool_stops_the_tool_and_the_task_keeps_the_partial_result() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    slow_tree(home.path());
+    fake.push(
+        Reply::tool_calls([Call::new(
+            "s",
+            "search_files",
+            r#"{"pattern": "fox", "path": "tree"}"#,
+        )])
+        .with_text("Searching."),
+    );
+    let (server, base) = server(&fake, home.path(), &[]).await;
+    let seen = a2a_client(home.path(), &base, "cancel", "find the fox", "").await;
+
+    let cancelled = &seen["cancelled"];
+    assert_eq!(state(cancelled), "TASK_STATE_CANCELED", "{seen}");
+    let partial = status_text(cancelled);
+    assert!(
+        partial.contains("[cancelled] The agent `agentry` was stopped"),
+        "{partial}"
+    );
+    assert!(
+        partial.contains("search_files: The user cancelled the search after"),
+        "{partial}"
+    );
+    assert_eq!(seen["cancel_again"], "TaskNotCancelableError");
+    let last = seen["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        state(&last["statusUpdate"]),
+        "TASK_STATE_CANCELED",
+        "the stream saw the cancel"
+    );
+    assert_eq!(fake.request_count(), 1, "no model call after the cancel");
+    server.terminate();
+    server.finish().await;
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_input_required_and_the_clients_answer_in_the_task_decides_it() {
+    for (answer, written) in [("yes", true), ("no, not that file", false)] {
+        let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+        fake.push(write_call());
+        fake.push(Reply::text("Done."));
+        let (server, base) = server(&fake, home.path(), &[]).await;
+        let seen = a2a_client(home.path(), &base, "answer", "write hello to notes.txt", answer).await;
+
+        let asked = &seen["asked"];
+        assert_eq!(state(asked), "TASK_STATE_INPUT_REQUIRED", "{seen}");
+        let question = status_text(asked);
+        assert!(
+            question.contains("`write_file`") && question.contains("Answer \"yes\""),
+            "{question}"
+        );
+        assert_eq!(
+            asked["status"]["message"]["parts"][1]["data"]["approval"]["tool"],
+            "write_file"
+        );
+        let task = &seen["task"];
+        assert_eq!(task["id"], asked["id"], "the same task goes on");
+        assert_eq!(state(task), "TASK_STATE_COMPLETED", "{task}");
+        assert_eq!(home.path().join("notes.txt").exists(), written, "{answer}");
+        if !written {
+            assert!(tool_message(&fake, 1, "w").contains("not that file"));
+        }
+        server.terminate();
+        server.finish().await;
+        fake.assert_no_violations();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_json_rpc_errors_unknown_methods_tasks_and_versions() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    let (server, base) = server(&fake, home.path(), &[]).await;
+    let client = crate::common::http_client();
+    let call = |method: &str, params: Value, version: Option<&str>| {
+        let mut request = client
+            .post(format!("{base}/a2a"))
+            .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}));
+        if let Some(version) = version {
+            request = request.header("A2A-Version", version);
+        }
+        request.send()
+    };
+    for (method, params, version, code) in [
+        ("tasks/get", json!({"id": "x"}), Some("1.0"), -32601),
+        ("GetTask", json!({"id": "no-such-task"}), Some("1.0"), -32001),
+        ("CancelTask", json!({"id": "no-such-task"}), None, -32001),
+        ("GetTask", json!({"id": "x"}), Some("0.3"), -32009),
+        (
+            "SendMessage",
+            json!({"message": {"role": "ROLE_USER", "parts": []}}),
+            Some("1.0"),
+            -32602,
+        ),
+    ] {
+        let response = call(method, params, version).await.unwrap();
+        assert_eq!(response.status(), 200, "{method}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code, "{method}: {body}");
+        assert_eq!(body["id"], 7);
+    }
+    assert_eq!(fake.request_count(), 0);
+    server.terminate();
+    server.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_user_never_sees_another_users_tasks_or_contexts() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    fake.push(Reply::text("Alice's answer."));
+    let tokens = home.path().join("tokens");
+    std::fs::write(&tokens, "alice:alice-token\nbob:bob-token\n").unwrap();
+    let tokens = tokens.display().to_string();
+    let (server, base) = server(&fake, home.path(), &["--token-file", &tokens]).await;
+    let send = |token: &'static str, method: &'static str, params: Value| {
+        let client = crate::common::http_client_with_token(token);
+        let url = format!("{base}/a2a");
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+            let response = client.post(url).json(&body).send().await.unwrap();
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let message = json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}});
+    let alice = send("alice-token", "SendMessage", message).await;
+    let task = &alice["result"]["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{alice}");
+    let (task_id, context) = (task["id"].clone(), task["contextId"].clone());
+
+    let got = send("bob-token", "GetTask", json!({"id": task_id})).await;
+    assert_eq!(got["error"]["code"], -32001, "{got}");
+    let cancel = send("bob-token", "CancelTask", json!({"id": task_id})).await;
+    assert_eq!(cancel["error"]["code"], -32001, "{cancel}");
+    let listed = send("bob-token", "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+    let into = json!({"message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": context}});
+    let joined = send("bob-token", "SendMessage", into).await;
+    assert_eq!(joined["error"]["code"], -32602, "{joined}");
+    let own = send("alice-token", "GetTask", json!({"id": task_id})).await;
+    assert_eq!(own["result"]["id"], task_id);
+    assert_eq!(fake.request_count(), 1, "bob's messages reached no model");
+    server.terminate();
+    server.finish().await;
+}
