@@ -303,6 +303,10 @@ pub struct ConfigFile {
     /// "tools": [...]}}`.
     #[serde(default)]
     pub agents: BTreeMap<String, SubAgentConfig>,
+    /// Remote A2A agents the agent calls as tools, by name: `{"archive": "http://host:port"}`,
+    /// or `{"archive": {"url": "...", "headers": {"Authorization": "Bearer ..."}}}`.
+    #[serde(default)]
+    pub a2a: BTreeMap<String, RemoteAgentConfig>,
     /// Default `max_iters`.
     pub max_iters: Option<usize>,
     /// Whether tool calls written as text run as calls (default true; `--no-tool-shim`).
@@ -342,6 +346,23 @@ pub struct ConfigFile {
     /// bytes or a size with a unit, like the flag.
     #[serde(default, deserialize_with = "size_field")]
     cache_size: Option<u64>,
+}
+
+/// A remote agent of the config's `"a2a"`: its URL (the base, or its card's), and the headers
+/// its requests carry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RemoteAgentConfig {
+    /// Just the URL.
+    Url(String),
+    /// The URL and headers.
+    Full {
+        /// The agent's base URL, or its card's.
+        url: String,
+        /// Sent with every request.
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+    },
 }
 
 /// A sub-agent of the config's `"agents"`: every key optional but the description. What it

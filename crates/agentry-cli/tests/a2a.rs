@@ -282,3 +282,119 @@ async fn one_user_never_sees_another_users_tasks_or_contexts() {
     server.terminate();
     server.finish().await;
 }
+
+/// The A2A SDK's agent of the library's tests (`crates/agentry/tests/peers/a2a_server.py`),
+/// killed when dropped; and its URL.
+struct SdkAgent(std::process::Child, String);
+
+impl Drop for SdkAgent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sdk_agent() -> SdkAgent {
+    use std::io::BufRead;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agentry/tests/peers/a2a_server.py");
+    let mut child = Command::new(peers_dir().join("venv/bin/python"))
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("PORT=")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    SdkAgent(child, format!("http://127.0.0.1:{port}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_a2a_agent_in_the_config_is_a_tool_of_run_and_a_dead_one_only_a_warning() {
+    let remote = tokio::task::spawn_blocking(sdk_agent).await.unwrap();
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    let config = home.path().join("config.json");
+    let remotes = json!({"a2a": {"archive": remote.1, "gone": {"url": "http://127.0.0.1:9", "headers": {"x-team": "a"}}}});
+    std::fs::write(&config, remotes.to_string()).unwrap();
+    fake.push(Reply::tool_calls([Call::new(
+        "a",
+        "archive",
+        r#"{"prompt": "hello"}"#,
+    )]));
+    fake.push(Reply::text("The archive says hi."));
+    let config = config.display().to_string();
+    let out = crate::common::agentry(
+        crate::common::run_args(
+            &fake.base_url(),
+            home.path(),
+            &["--no-mcp", "--config", &config],
+            "ask the archive",
+        ),
+        home.path(),
+    )
+    .await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "The archive says hi.\n");
+    assert!(
+        stderr.contains("warning: the A2A agent \"gone\" is not used"),
+        "{stderr}"
+    );
+    assert_eq!(tool_message(&fake, 1, "a"), "hi from the SDK agent");
+    let offered = fake.requests()[0].body["tools"].to_string();
+    assert!(
+        offered.contains("Reads the archive and answers from it"),
+        "{offered}"
+    );
+    assert!(!offered.contains("\"gone\""), "{offered}");
+    fake.assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentry_calls_agentry_over_a2a_and_the_remote_approval_is_asked_at_the_terminal() {
+    let (remote_llm, local_llm) = (FakeLlm::start().await, FakeLlm::start().await);
+    let (remote_home, local_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    remote_llm.push(write_call());
+    remote_llm.push(Reply::text("I wrote the note."));
+    let (remote, base) = server(&remote_llm, remote_home.path(), &[]).await;
+
+    let config = local_home.path().join("config.json");
+    std::fs::write(&config, json!({"a2a": {"scribe": base}}).to_string()).unwrap();
+    local_llm.push(Reply::tool_calls([Call::new(
+        "s",
+        "scribe",
+        r#"{"prompt": "write hello to notes.txt"}"#,
+    )]));
+    local_llm.push(Reply::text("The scribe wrote it."));
+    let config = config.display().to_string();
+    let mut local = Program::start(
+        &crate::common::run_args(
+            &local_llm.base_url(),
+            local_home.path(),
+            &["--no-mcp", "--config", &config],
+            "take a note",
+        ),
+        local_home.path(),
+    );
+    local.stderr_has("The remote agent `agentry` asks").await;
+    local.stderr_has("write_file").await;
+    local.type_line("y");
+    let (status, stdout, stderr) = local.finish().await;
+    assert!(status.success(), "{stderr}");
+    assert_eq!(stdout, "The scribe wrote it.\n");
+    assert_eq!(
+        std::fs::read_to_string(remote_home.path().join("notes.txt")).unwrap(),
+        "hello",
+        "the remote agent wrote once approved here"
+    );
+    assert_eq!(tool_message(&local_llm, 1, "s"), "I wrote the note.");
+    remote.terminate();
+    remote.finish().await;
+    remote_llm.assert_no_violations();
+    local_llm.assert_no_violations();
+}

@@ -16,6 +16,8 @@
 // Lets `#[tool]` expansions name `::agentry` inside this crate's own tests too.
 extern crate self as agentry;
 
+#[cfg(feature = "a2a")]
+pub mod a2a;
 pub mod agent;
 pub mod embedding;
 mod ids;
@@ -57,7 +59,7 @@ pub mod __private {
 
 /// Installs the process-wide TLS crypto provider once (reqwest is built without one, so that
 /// the tree carries a single, fast-to-build provider).
-#[cfg(any(feature = "openai", feature = "anthropic", feature = "mcp"))]
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "mcp", feature = "a2a"))]
 pub(crate) fn install_crypto_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -68,7 +70,7 @@ pub(crate) fn install_crypto_provider() {
 
 /// The error and its sources, "a: b: c" (a source already in the text is not repeated), so a
 /// connection refusal says what was refused.
-#[cfg(any(feature = "openai", feature = "anthropic", feature = "mcp"))]
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "mcp", feature = "a2a"))]
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut out = error.to_string();
     let mut source = error.source();

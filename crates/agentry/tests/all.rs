@@ -4,6 +4,7 @@
 
 mod common;
 
+mod a2a_client;
 mod agent;
 mod agent_as_tool;
 mod anthropic;

@@ -1,8 +1,10 @@
 //! The config's sub-agents (`"agents"`): each a tool of the agent that runs a reply of its own,
-//! with its own prompt, model and tools.
+//! with its own prompt, model and tools; and its remote A2A agents (`"a2a"`), tools too.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use agentry::a2a::A2aAgent;
 use agentry::agent::{AgentTool, ReActAgent};
 use agentry::model::ChatModel;
 use agentry::tool::{PermissionRules, Toolkit};
@@ -10,6 +12,8 @@ use anyhow::Context;
 
 use super::model::build_model;
 use super::plan::SubAgentPlan;
+use crate::config::RemoteAgentConfig;
+use crate::terminal::sanitize;
 
 /// What a sub-agent takes from the agent.
 pub struct Inherited {
@@ -20,6 +24,31 @@ pub struct Inherited {
     pub max_iters: usize,
     pub parallel: bool,
     pub tool_shim: bool,
+}
+
+/// Registers the remote A2A agents of the config in `toolkit`, each a tool named as in the
+/// config. One whose card cannot be had costs a warning, not the command (as a dead MCP
+/// server does).
+pub async fn register_remote_agents(remotes: &BTreeMap<String, RemoteAgentConfig>, toolkit: &Toolkit) {
+    let connecting = remotes.iter().map(|(name, remote)| async move {
+        let (url, headers) = match remote {
+            RemoteAgentConfig::Url(url) => (url.clone(), BTreeMap::new()),
+            RemoteAgentConfig::Full { url, headers } => (url.clone(), headers.clone()),
+        };
+        (name, A2aAgent::connect(name.clone(), &url, &headers).await)
+    });
+    for (name, connected) in futures::future::join_all(connecting).await {
+        let registered = connected
+            .map_err(|e| e.to_string())
+            .and_then(|agent| toolkit.register(agent).map_err(|e| e.to_string()));
+        if let Err(e) = registered {
+            eprintln!(
+                "warning: the A2A agent {:?} is not used: {}",
+                sanitize::line(name),
+                sanitize::line(&e)
+            );
+        }
+    }
 }
 
 /// The default system prompt of a sub-agent.

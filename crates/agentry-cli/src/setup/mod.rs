@@ -126,6 +126,7 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
         );
     }
     let mcp = McpServers::start(&plan.mcp_servers, &toolkit, &plan.tools).await;
+    agents::register_remote_agents(&plan.file.a2a, &toolkit).await;
     let inherited = agents::Inherited {
         model: Arc::clone(&model),
         permissions: plan.permissions.clone(),
