@@ -82,6 +82,12 @@ fn update(result: &Value) -> Option<Update> {
     })
 }
 
+/// A response's body as JSON.
+pub(crate) async fn json_body(response: reqwest::Response) -> Result<Value, String> {
+    let bytes = response.bytes().await.map_err(|e| crate::error_chain(&e))?;
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
 /// The error of a JSON-RPC response, if it is one.
 fn rpc_error(response: &Value) -> Option<A2aError> {
     let error = response.get("error")?;
@@ -110,7 +116,8 @@ impl Rpc {
             .post(&self.endpoint)
             .headers(self.headers.clone())
             .header("A2A-Version", VERSION)
-            .json(&body)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string())
     }
 
     /// Calls `method`; its result.
@@ -121,10 +128,9 @@ impl Rpc {
             .await
             .map_err(|e| A2aError::Http(crate::error_chain(&e)))?;
         let status = response.status();
-        let body: Value = response
-            .json()
-            .await
-            .map_err(|e| A2aError::Http(format!("HTTP {status}: not a JSON-RPC response: {e}")))?;
+        let body = json_body(response).await;
+        let body =
+            body.map_err(|e| A2aError::Http(format!("HTTP {status}: not a JSON-RPC response: {e}")))?;
         if let Some(error) = rpc_error(&body) {
             return Err(error);
         }
@@ -153,8 +159,7 @@ impl Rpc {
             .is_some_and(|v| v.contains("text/event-stream"));
         if !is_stream {
             // An error before the first event comes as one JSON-RPC response.
-            let body: Value = response
-                .json()
+            let body = json_body(response)
                 .await
                 .map_err(|e| A2aError::Http(format!("HTTP {status}: neither events nor JSON-RPC: {e}")))?;
             return Err(

@@ -108,8 +108,7 @@ impl A2aAgent {
         if !response.status().is_success() {
             return Err(A2aError::Card(format!("{card_url}: HTTP {}", response.status())));
         }
-        let body: Value = response
-            .json()
+        let body = super::rpc::json_body(response)
             .await
             .map_err(|e| A2aError::Card(format!("{card_url}: not JSON: {e}")))?;
         let card = card::parse(&body)?;
