@@ -398,3 +398,85 @@ async fn agentry_calls_agentry_over_a2a_and_the_remote_approval_is_asked_at_the_
     remote_llm.assert_no_violations();
     local_llm.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_to_a_working_task_steers_its_reply() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    let gate = agentry_testkit::Gate::new();
+    fake.push(
+        Reply::text("A long answer about every detail.")
+            .chunks(4)
+            .pause_after(2, gate.clone()),
+    );
+    fake.push(Reply::text("Short answer."));
+    let (server, base) = server(&fake, home.path(), &[]).await;
+    let client = crate::common::http_client();
+    let rpc = |method: &'static str, params: Value| {
+        let request = client
+            .post(format!("{base}/a2a"))
+            .header("A2A-Version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+        async move { request.send().await.unwrap() }
+    };
+    let message = |text: &str, task: Option<&Value>| {
+        let mut m = json!({"messageId": uuid(), "role": "ROLE_USER", "parts": [{"text": text}]});
+        if let Some(task) = task {
+            m["taskId"] = task.clone();
+        }
+        json!({"message": m, "configuration": {"returnImmediately": true}})
+    };
+    let started: Value = rpc("SendMessage", message("explain it", None))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let task_id = started["result"]["task"]["id"].clone();
+    gate.reached().await;
+    let steered: Value = rpc("SendMessage", message("keep it short", Some(&task_id)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(steered["result"]["task"]["id"], task_id, "{steered}");
+    // Watched from the session's own event stream, opened before the model goes on.
+    let context = started["result"]["task"]["contextId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut session_events = client
+        .get(format!("{base}/v1/sessions/{context}/events"))
+        .send()
+        .await
+        .unwrap();
+    gate.open();
+    let mut seen = String::new();
+    while !seen.contains("reply_finished") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), session_events.chunk())
+            .await
+            .expect("the reply's end within 20 s")
+            .unwrap()
+            .expect("the stream went on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    // Until the task is over (a stream that ends at once when it is).
+    let _ = rpc("SubscribeToTask", json!({"id": task_id})).await.text().await;
+    let got: Value = rpc("GetTask", json!({"id": task_id})).await.json().await.unwrap();
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
+    assert_eq!(got["result"]["artifacts"][0]["parts"][0]["text"], "Short answer.");
+    let last = fake.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"], "keep it short");
+    let history = got["result"]["history"].to_string();
+    assert!(history.contains("keep it short"), "{history}");
+    server.terminate();
+    server.finish().await;
+    fake.assert_no_violations();
+}
+
+fn uuid() -> String {
+    format!("m-{}", std::process::id()) + &format!("-{:?}", std::time::Instant::now())
+}

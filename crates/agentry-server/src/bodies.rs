@@ -32,6 +32,11 @@ pub struct NewMessage {
         pattern = r"[^\t\n\u000b\u000c\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
     )]
     pub text: String,
+    /// When a reply runs, add the message to it instead of waiting for its end: it joins the
+    /// conversation before the reply's next model request, and running tools go on. When none
+    /// runs, the message starts a reply as usual.
+    #[serde(default)]
+    pub steer: bool,
 }
 
 /// A session as listed.
@@ -98,6 +103,8 @@ pub struct SessionDetail {
 pub struct ReplyStarted {
     /// The reply's events come after this event id.
     pub events_after: u64,
+    /// The message was added to the running reply (`steer`) rather than starting one.
+    pub steered: bool,
 }
 
 /// The answer to a cancel or a decision.
@@ -118,6 +125,8 @@ pub enum OutcomeKind {
     TimingOut,
     /// The approval was answered.
     Decided,
+    /// The message was added to the running reply.
+    Steered,
     /// Sent to the node that runs the reply, which has not answered yet (it may be being taken
     /// over): it is applied as soon as the reply's node (or the one taking it over) takes it.
     Queued,

@@ -35,6 +35,8 @@ pub(crate) enum Control {
         call_id: String,
         decision: ApprovalDecision,
     },
+    /// Add a user message to the running reply.
+    Steer { text: String },
 }
 
 /// Applies `control` to the session loaded here.
@@ -78,6 +80,13 @@ pub(crate) fn apply(live: &LiveSession, control: Control) -> Result<OutcomeKind,
             })?;
             Ok(OutcomeKind::Decided)
         }
+        Control::Steer { text } => match handle.steer(agentry::message::Msg::user(text)) {
+            Ok(()) => Ok(OutcomeKind::Steered),
+            Err(_) => Err(ApiError::conflict(
+                "not_replying",
+                "no reply runs in this session",
+            )),
+        },
     }
 }
 
@@ -113,7 +122,7 @@ async fn forward(state: &Arc<AppState>, id: &SessionId, control: Control) -> Res
                 ));
             }
         }
-        Control::CancelReply | Control::CancelCall { .. } => {
+        Control::CancelReply | Control::CancelCall { .. } | Control::Steer { .. } => {
             if state.store.lease_holder(id).await?.is_none() {
                 return Err(ApiError::conflict(
                     "not_replying",

@@ -196,7 +196,8 @@ pub async fn delete_session(
     }
 }
 
-/// Starts a reply to a user message; its events come on the event stream.
+/// Starts a reply to a user message; its events come on the event stream. With `steer` and a
+/// reply running, adds the message to that reply instead.
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", params(("id" = String, Path)), request_body = NewMessage,
     responses((status = 202, body = ReplyStarted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn send_message(
@@ -214,6 +215,27 @@ pub async fn send_message(
     if state.stopping.is_cancelled() {
         return Err(stopping());
     }
+    if message.steer {
+        let steer = Control::Steer {
+            text: message.text.clone(),
+        };
+        match control(&state, &id, steer).await {
+            Ok(_) => {
+                let after = match state.loaded(&id).await {
+                    Some(live) => live.events.last_id(),
+                    None => 0,
+                };
+                let body = ReplyStarted {
+                    events_after: after,
+                    steered: true,
+                };
+                return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+            }
+            // No reply to add it to: it starts one.
+            Err(e) if e.code() == "not_replying" => {}
+            Err(e) => return Err(e),
+        }
+    }
     let live = match state.is_clustered() {
         true => crate::cluster::live_for_reply(&state, &id).await?,
         false => state.live(&id).await?,
@@ -226,7 +248,11 @@ pub async fn send_message(
             "a reply runs in this session: wait for its end or cancel it",
         ));
     }
-    Ok((StatusCode::ACCEPTED, Json(ReplyStarted { events_after: after })).into_response())
+    let body = ReplyStarted {
+        events_after: after,
+        steered: false,
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 /// The session's events (server-sent events): every `AgentEvent` as JSON in an event `agent`

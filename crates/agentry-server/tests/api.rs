@@ -551,3 +551,69 @@ async fn an_idle_session_is_unloaded_and_its_open_stream_gets_the_next_reply() {
     );
     server.fake.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steering_message_joins_the_running_reply_or_starts_one_when_none_runs() {
+    let server = Harness::start().await;
+    let gate = agentry_testkit::Gate::new();
+    server.fake.push(
+        Reply::text("A long answer about everything.")
+            .chunks(4)
+            .pause_after(2, gate.clone()),
+    );
+    server.fake.push(Reply::text("Short: fine."));
+    server.fake.push(Reply::text("A new reply."));
+    let id = server.session("steer").await;
+    let mut events = server.events(&id, None).await;
+    let (status, started) = server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"text": "tell me everything"}),
+        )
+        .await;
+    assert_eq!((status, &started["steered"]), (202, &json!(false)));
+    gate.reached().await;
+    let (status, steered) = server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"text": "keep it short", "steer": true}),
+        )
+        .await;
+    assert_eq!((status, &steered["steered"]), (202, &json!(true)), "{steered}");
+    gate.open();
+    let reply = events.reply().await;
+    assert!(
+        reply.iter().any(
+            |e| e.data["msg"]["role"] == "user" && e.data["msg"]["content"][0]["text"] == "keep it short"
+        ),
+        "the steering message is evented"
+    );
+    assert!(
+        reply
+            .iter()
+            .any(|e| e.data["msg"]["content"][0]["text"] == "Short: fine.")
+    );
+    let last = server.fake.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"], "keep it short");
+
+    // With no reply running, a steering message starts one.
+    let (status, started) = server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"text": "and now?", "steer": true}),
+        )
+        .await;
+    assert_eq!((status, &started["steered"]), (202, &json!(false)));
+    let reply = events.reply().await;
+    assert!(
+        reply
+            .iter()
+            .any(|e| e.data["msg"]["content"][0]["text"] == "A new reply.")
+    );
+    server.fake.assert_no_violations();
+}

@@ -1,7 +1,7 @@
 //! The web page in headless Chromium (driven by playwright-core, see tests/browser/page.mjs)
 //! against the server and the fake model: a streamed reply whose markup stays text, one call
-//! approved and one declined with a reason, a slow call cancelled with its partial results shown,
-//! and the same history after a reload. Screenshots go to target/browser-shots.
+//! approved and one declined with a reason, a message added to a running reply (steering), a slow
+//! call cancelled with its partial results shown, and the same history after a reload. Screenshots go to target/browser-shots.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -77,6 +77,14 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
         tool_result(fake, 2, "w2")
     );
     assert_eq!(tool_result(fake, 4, "p1"), "read 1 page before the cancel");
+    // The steering message joined the conversation after the cancelled call's result.
+    let last = fake.requests()[4].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"], "only the first chapter", "{last}");
     assert!(shots.join("mid-cancel.png").exists());
     fake.assert_no_violations();
 }

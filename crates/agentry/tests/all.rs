@@ -20,5 +20,6 @@ mod mcp_cancel;
 mod openai;
 mod permissions;
 mod plan;
+mod steering;
 mod tool_shim;
 mod toolkit;

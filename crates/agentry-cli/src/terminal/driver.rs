@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use agentry::agent::{AgentError, AgentEvent, ReplyRun, StopReason};
+use agentry::agent::{AgentError, AgentEvent, ReplyRun, SteerError, StopReason};
 use agentry::message::Msg;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -267,13 +267,27 @@ impl Terminal {
         }
     }
 
-    /// A line typed while the reply runs and nothing is asked.
-    fn typed_during_reply(&mut self, line: String) {
+    /// A line typed while the reply runs and nothing is asked: in a chat, it steers the reply.
+    fn typed_during_reply(&mut self, run: &ReplyRun, line: String) {
+        if line.trim().is_empty() {
+            return;
+        }
         if self.keeps_prompts {
-            self.input.keep_for_later(line);
-            self.say(&self.style.dim(
-                "(typed while the reply runs: kept as your next prompt, unless a question comes first)",
-            ));
+            match run.handle().steer(agentry::message::Msg::user(line)) {
+                Ok(()) => self.say(&self.style.dim(
+                    "(typed while the reply runs: added to it; the agent reads it before its next step)",
+                )),
+                Err(SteerError::NotReplying(msg) | SteerError::NotUserMessage(msg)) => {
+                    // The reply is ending: the line is the next prompt.
+                    self.input.keep_for_later(msg.text().unwrap_or_default());
+                    self.say(
+                        &self
+                            .style
+                            .dim("(typed as the reply ended: kept as your next prompt)"),
+                    );
+                }
+                Err(_) => {}
+            }
         } else {
             self.say(
                 &self
@@ -368,7 +382,7 @@ impl Terminal {
                             self.say(&self.style.red("⏹ Cancelling the reply…"));
                             run.cancel();
                         }
-                        (None, Some(line)) => self.typed_during_reply(line),
+                        (None, Some(line)) => self.typed_during_reply(&run, line),
                         (None, None) => {}
                     }
                 }

@@ -122,9 +122,14 @@ async fn answer(
         )));
     }
     let Some(call_id) = task.pending() else {
-        return Err(RpcError::unsupported(format!(
-            "Task {task_id} is working: it takes a message only when it asks for input"
-        )));
+        // A message to a working task steers its reply: the agent reads it before its next step.
+        let updates = task.updates();
+        let steer = Control::Steer { text: message.text() };
+        control(&call.state, &task.context, steer).await.map_err(|e| {
+            RpcError::unsupported(format!("Task {task_id} takes no message now: {}", e.message()))
+        })?;
+        task.added(message);
+        return Ok((task, false, updates));
     };
     let decision = decision(&message)?;
     let updates = task.updates();

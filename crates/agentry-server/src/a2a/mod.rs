@@ -5,7 +5,8 @@
 //! A context is a session of the server, of the caller's (a message without a `contextId`
 //! starts one); a task is one reply of its agent. A call that needs approval makes the task
 //! `TASK_STATE_INPUT_REQUIRED`, its status message asking the question; the client's next
-//! message in the task ("yes", or "no" and a reason) decides it. Cancelling a task cancels the
+//! message in the task ("yes", or "no" and a reason) decides it; a message to a task that works
+//! steers its reply (the agent reads it before its next step). Cancelling a task cancels the
 //! reply: its running tools stop with their `on_cancel`, and what the agent had by then is the
 //! cancelled status's message.
 

@@ -175,6 +175,13 @@ impl TaskEntry {
         self.set_status(TaskState::Working, None, None);
     }
 
+    /// A message of the client joined the running task (it steers the reply).
+    pub(crate) fn added(&self, mut message: Message) {
+        message.task_id = Some(self.id.clone());
+        message.context_id = Some(self.context.as_str().to_owned());
+        self.data().history.push(message);
+    }
+
     /// Moves the task to `state` with `message` from the agent, and tells its streams.
     fn set_status(&self, state: TaskState, text: Option<&str>, data: Option<Value>) {
         let update = {

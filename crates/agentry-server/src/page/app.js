@@ -322,7 +322,8 @@ function renderPlan(plan) {
 function setReplying(replying) {
   state.replying = replying;
   $("cancel-reply").hidden = !replying;
-  $("send").disabled = replying;
+  // While a reply runs, a message steers it: the agent reads it before its next step.
+  $("send").textContent = replying ? "Add to reply" : "Send";
 }
 
 // ---- approvals ----
@@ -390,8 +391,14 @@ async function send(event) {
   const text = $("prompt").value;
   if (!text.trim() || !state.session) return;
   try {
-    await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/messages`, { text });
+    const steer = state.replying;
+    const answer = await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/messages`, { text, steer });
     $("prompt").value = "";
+    if (answer && answer.steered) {
+      // The agent shows it when it joins the conversation, before its next step.
+      status("Added to the running reply: the agent reads it before its next step.");
+      return;
+    }
     // The agent does not announce the user's own message; it is in the history on reload.
     const mine = el("div", "msg user");
     mine.append(el("div", "thinking"), el("div", "text", text));

@@ -66,6 +66,11 @@ try {
   await page.fill("#prompt", "read the book");
   await page.press("#prompt", "Enter");
   await page.waitForSelector(".card.running .progress >> text=page 1", WAIT);
+  // Steering: while the reply runs, the box adds to it.
+  check((await page.textContent("#send")).trim() === "Add to reply", "the send button steers while a reply runs");
+  await page.fill("#prompt", "only the first chapter");
+  await page.press("#prompt", "Enter");
+  await page.waitForSelector("#status >> text=Added to the running reply", WAIT);
   await page.screenshot({ path: shots + "/mid-cancel-before.png" });
   await page.click(".card.running button.cancel");
   await page.waitForSelector(".card.cancelled .result >> text=read 1 page before the cancel", WAIT);
@@ -81,7 +86,7 @@ try {
   await page.click("#sessions li >> text=browser");
   await page.waitForSelector(".msg.assistant >> text=Stopped reading.", WAIT);
   const after = await page.textContent("#transcript");
-  check(await page.locator(".msg.user").count() === 3, "the three prompts after the reload");
+  check(await page.locator(".msg.user").count() === 4, "the three prompts and the steering message after the reload");
   for (const piece of ["say hello", "write two notes", "read the book", "Hello <script>", "One written, one declined.", "read 1 page before the cancel", "Stopped reading."]) {
     check(after.includes(piece), "after the reload: " + piece);
   }

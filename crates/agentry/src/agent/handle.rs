@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::AgentInner;
 use super::events::{AgentEvent, CancelTarget, EventHub};
 use super::meter::Meter;
+use crate::message::Msg;
 use crate::model::ChatUsage;
 use crate::tool::{
     ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, NestedApproval,
@@ -21,6 +22,18 @@ use crate::{CallId, ReplyId};
 
 /// The reason of a call declined because nobody could decide (A15).
 pub(super) const NO_DECISION: &str = "no decision";
+
+/// Why a steering message was refused; it carries the message back.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SteerError {
+    /// No reply runs (or it is ending): start a new reply with the message instead.
+    #[error("no reply runs: send the message as a new one")]
+    NotReplying(Msg),
+    /// Only a user's message can steer a reply.
+    #[error("a steering message must be the user's")]
+    NotUserMessage(Msg),
+}
 
 /// Why a decision was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +60,10 @@ struct ReplyState {
     /// Nested calls' questions asked through a running call (`ToolContext::ask_approval`), by
     /// question id: the asking call's id, and where the answer goes.
     questions: HashMap<CallId, (CallId, oneshot::Sender<ApprovalDecision>)>,
+    /// Messages the user added while the reply runs, for its next model request.
+    steering: Vec<Msg>,
+    /// No more steering: the reply is ending.
+    steering_closed: bool,
 }
 
 /// The reply that is running now, as the handle and the loop share it.
@@ -376,6 +393,33 @@ impl ActiveReply {
         Ok(())
     }
 
+    /// Adds a user message to the running reply (see [`AgentHandle::steer`]).
+    pub(crate) fn steer(&self, msg: Msg) -> Result<(), SteerError> {
+        let mut state = self.state();
+        if state.steering_closed || state.finished {
+            return Err(SteerError::NotReplying(msg));
+        }
+        state.steering.push(msg);
+        Ok(())
+    }
+
+    /// Whether steering messages wait for the next model request.
+    pub(crate) fn has_steering(&self) -> bool {
+        !self.state().steering.is_empty()
+    }
+
+    /// The steering messages that came since the last call.
+    pub(crate) fn take_steering(&self) -> Vec<Msg> {
+        std::mem::take(&mut self.state().steering)
+    }
+
+    /// Refuses steering from now on; the messages that came too late for the reply.
+    pub(crate) fn close_steering(&self) -> Vec<Msg> {
+        let mut state = self.state();
+        state.steering_closed = true;
+        std::mem::take(&mut state.steering)
+    }
+
     /// Marks the reply over; returns the terminal states of its calls.
     pub(crate) fn finish(&self) -> Vec<(CallId, ToolCallState)> {
         let mut state = self.state();
@@ -472,6 +516,24 @@ impl AgentHandle {
         match self.inner.active_reply() {
             Some(reply) => reply.decide_no_decision(&self.inner.events, &call_id),
             None => Err(ApprovalError::NotPending(call_id)),
+        }
+    }
+
+    /// Adds a user message to the running reply, without cancelling it: the message joins the
+    /// conversation before the reply's next model request, running tools are not disturbed,
+    /// and it is stored and shown (an [`AgentEvent::Message`]) like the reply's own messages.
+    /// A reply whose model was about to answer goes on, so that the model reads it.
+    ///
+    /// # Errors
+    /// [`SteerError::NotReplying`] when no reply runs (send the message as a new one), and
+    /// [`SteerError::NotUserMessage`] for a message of another role; both hand it back.
+    pub fn steer(&self, msg: Msg) -> Result<(), SteerError> {
+        if msg.role != crate::message::Role::User {
+            return Err(SteerError::NotUserMessage(msg));
+        }
+        match self.inner.active_reply() {
+            Some(reply) => reply.steer(msg),
+            None => Err(SteerError::NotReplying(msg)),
         }
     }
 

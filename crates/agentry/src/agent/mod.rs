@@ -57,7 +57,7 @@ pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
 pub use compaction::{COMPACTION_KEY, Compaction, is_summary};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
 pub use finished::DEFAULT_FINISHED_CALLS;
-pub use handle::{AgentHandle, ApprovalError};
+pub use handle::{AgentHandle, ApprovalError, SteerError};
 pub use hooks::{AgentHook, HookContext, ReplyEnd};
 pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note, rerun_call_note};
 pub use so_far::ReplySoFar;

@@ -125,7 +125,14 @@ impl<'a> ReplyCx<'a> {
             plan_revision: inner.config.plan.as_ref().map_or(0, |plan| plan.revision()),
         };
         let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
-        let outcome = cx.reply(incoming, structured.as_ref()).instrument(span).await;
+        let mut outcome = cx.reply(incoming, structured.as_ref()).instrument(span).await;
+        // Messages that came too late for the reply are kept all the same, after it.
+        let late = cx.active.close_steering();
+        if let Err(e) = cx.store_steering(late).await
+            && outcome.is_ok()
+        {
+            outcome = Err(e);
+        }
         let stop_reason = match &outcome {
             Ok((_, reason)) => reason.clone(),
             Err(e) => StopReason::Failed(e.to_string()),
@@ -195,6 +202,7 @@ impl<'a> ReplyCx<'a> {
                 break;
             }
             self.hook_cx.iteration = iteration;
+            self.steer_in().await?;
             let reasoning = self.reasoning(tool_choice.clone(), structured).await?;
             let calls: Vec<_> = reasoning.tool_uses().cloned().collect();
             let called_tools = !calls.is_empty();
@@ -226,6 +234,10 @@ impl<'a> ReplyCx<'a> {
                     tool_choice = Some(ToolChoice::Required);
                 }
             } else if !called_tools {
+                if self.active.has_steering() {
+                    // The user added to the conversation while the model answered: it reads it.
+                    continue;
+                }
                 reply = Some(reasoning);
                 break;
             }
@@ -254,6 +266,24 @@ impl<'a> ReplyCx<'a> {
             self.remember(&question, &reply).await;
         }
         Ok((reply, stop_reason))
+    }
+
+    /// Adds the user's steering messages to the conversation, as they came.
+    async fn steer_in(&mut self) -> Result<(), AgentError> {
+        let messages = self.active.take_steering();
+        self.store_steering(messages).await
+    }
+
+    /// Stores steering messages and shows them.
+    pub(super) async fn store_steering(&mut self, messages: Vec<Msg>) -> Result<(), AgentError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.inner.config.memory.add(messages.clone()).await?;
+        for msg in messages {
+            self.emit_with(|| AgentEvent::Message { msg, last: true });
+        }
+        Ok(())
     }
 
     /// Ends a cancelled reply: the note for the next request (R5), and the last assistant
