@@ -17,6 +17,7 @@ mod compaction;
 mod conformance;
 mod mcp;
 mod mcp_cancel;
+mod mcp_client_requests;
 mod openai;
 mod permissions;
 mod plan;

@@ -82,6 +82,13 @@ pub struct McpServers {
 }
 
 impl McpServers {
+    /// Has `model` answer the servers' sampling requests.
+    pub fn set_sampling_model(&self, model: &std::sync::Arc<dyn agentry::model::ChatModel>) {
+        for client in &self.clients {
+            client.set_sampling_model(std::sync::Arc::clone(model));
+        }
+    }
+
     /// Starts the servers and registers their tools in `toolkit`. A server that fails costs a
     /// warning on stderr, not the agent.
     pub async fn start(

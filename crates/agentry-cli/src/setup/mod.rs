@@ -125,7 +125,15 @@ pub async fn recipe(plan: AgentPlan) -> anyhow::Result<Recipe> {
             sanitize::multiline(&error.to_string())
         );
     }
-    let mcp = McpServers::start(&plan.mcp_servers, &toolkit, &plan.tools).await;
+    // The servers may work in the working directory (MCP roots), and ask the agent's model
+    // (sampling, under each server's "sampling" policy).
+    let servers: Vec<agentry::mcp::McpServerConfig> = plan
+        .mcp_servers
+        .iter()
+        .map(|server| server.clone().root(plan.workdir.clone()))
+        .collect();
+    let mcp = McpServers::start(&servers, &toolkit, &plan.tools).await;
+    mcp.set_sampling_model(&model);
     agents::register_remote_agents(&plan.file.a2a, &toolkit).await;
     let inherited = agents::Inherited {
         model: Arc::clone(&model),

@@ -17,9 +17,11 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::{mpsc, watch};
 
 use super::McpError;
-use super::config::{McpServerConfig, McpTransport};
+use super::config::{McpServerConfig, McpTransport, SamplingPolicy};
 use super::http::SessionAwareClient;
 use super::process::ServerProcess;
+use super::server_requests::{self, InFlight};
+use crate::model::ChatModel;
 
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 40;
@@ -46,6 +48,10 @@ pub(crate) struct Shared {
     stderr: Mutex<VecDeque<String>>,
     /// `notifications/cancelled` handed to the transport.
     cancels: std::sync::atomic::AtomicU64,
+    /// The calls running now, through which the server's requests are asked.
+    pub(crate) in_flight: Arc<InFlight>,
+    /// The model that answers the server's sampling requests.
+    sampler: Mutex<Option<Arc<dyn ChatModel>>>,
 }
 
 impl Shared {
@@ -56,6 +62,10 @@ impl Shared {
     fn stderr(&self) -> MutexGuard<'_, VecDeque<String>> {
         self.stderr.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn sampler(&self) -> MutexGuard<'_, Option<Arc<dyn ChatModel>>> {
+        self.sampler.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 pub(crate) fn token_key(token: &ProgressToken) -> String {
@@ -63,11 +73,14 @@ pub(crate) fn token_key(token: &ProgressToken) -> String {
 }
 
 /// The rmcp client handler: progress goes to the waiting call, `tools/list_changed` to the
-/// registrations.
+/// registrations, sampling requests to the agent's model, `roots/list` to the roots.
 #[derive(Clone)]
 struct Handler {
     shared: Arc<Shared>,
     tools_changed: Arc<watch::Sender<u64>>,
+    server: String,
+    sampling: SamplingPolicy,
+    roots: Vec<std::path::PathBuf>,
 }
 
 impl ClientHandler for Handler {
@@ -76,11 +89,42 @@ impl ClientHandler for Handler {
     /// metadata and is not a version an `initialize` request can name (the MCP conformance
     /// suite's `initialize` scenario rejects it).
     fn get_info(&self) -> ClientConfig {
+        let mut capabilities = serde_json::Map::new();
+        if !self.roots.is_empty() {
+            capabilities.insert("roots".into(), serde_json::json!({ "listChanged": false }));
+        }
+        if self.sampling != SamplingPolicy::Deny {
+            capabilities.insert("sampling".into(), serde_json::json!({}));
+        }
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(serde_json::Value::Object(capabilities)).unwrap_or_default();
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("agentry", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let params = serde_json::to_value(&params).unwrap_or_default();
+        let model = self.shared.sampler().clone();
+        let caller = self.shared.in_flight.latest();
+        let result = server_requests::sample(&self.server, self.sampling, model, caller, params).await?;
+        serde_json::from_value(result).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        serde_json::from_value(server_requests::roots(&self.roots))
+            .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
     }
 
     async fn on_progress(
@@ -259,6 +303,18 @@ impl McpClient {
         }
     }
 
+    /// The model that answers the server's sampling requests (under its
+    /// [`McpServerConfig::sampling`] policy); without one they are refused.
+    pub fn set_sampling_model(&self, model: Arc<dyn ChatModel>) {
+        *self.inner.shared.sampler() = Some(model);
+    }
+
+    /// Counts the call of `ctx` as running until the guard drops: the server's requests
+    /// meanwhile are asked through it.
+    pub(crate) fn in_flight(&self, ctx: crate::tool::ToolContext) -> server_requests::InFlightGuard {
+        self.inner.shared.in_flight.enter(ctx)
+    }
+
     /// The server's name.
     pub fn name(&self) -> &str {
         &self.inner.config.name
@@ -325,6 +381,9 @@ impl McpClient {
         let handler = Handler {
             shared: Arc::clone(&self.inner.shared),
             tools_changed: Arc::clone(&self.inner.tools_changed),
+            server: config.name.clone(),
+            sampling: config.sampling,
+            roots: config.roots.clone(),
         };
         let mut stderr_done = None;
         let mut process = None;

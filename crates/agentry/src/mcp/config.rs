@@ -59,6 +59,26 @@ pub struct McpServerConfig {
     pub trust: bool,
     /// Tools (server names) that run without approval (`"autoApprove": [...]`, as in Cline).
     pub auto_approve: BTreeSet<String>,
+    /// Whether the server may have the agent's model answer for it (`sampling/createMessage`;
+    /// `"sampling": "ask" | "allow" | "deny"`, default ask).
+    pub sampling: SamplingPolicy,
+    /// The directories the server is told it may work in (MCP roots): the agent's working
+    /// directory, as the command line gives it ([`McpServerConfig::root`]).
+    pub roots: Vec<PathBuf>,
+}
+
+/// Whether a server's sampling requests are answered by the agent's model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum SamplingPolicy {
+    /// Each request is asked of the user as an approval (declined when nobody can answer).
+    #[default]
+    Ask,
+    /// Answered without asking.
+    Allow,
+    /// Refused, and the capability is not declared: the server knows it cannot sample.
+    Deny,
 }
 
 impl McpServerConfig {
@@ -98,7 +118,21 @@ impl McpServerConfig {
             reconnect_attempts: 3,
             trust: false,
             auto_approve: BTreeSet::new(),
+            sampling: SamplingPolicy::default(),
+            roots: Vec::new(),
         }
+    }
+
+    /// Offers `dir` to the server as a root (a directory it may work in).
+    pub fn root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.roots.push(dir.into());
+        self
+    }
+
+    /// How its sampling requests are answered.
+    pub fn sampling(mut self, policy: SamplingPolicy) -> Self {
+        self.sampling = policy;
+        self
     }
 
     /// Adds an environment variable (stdio servers).
@@ -175,6 +209,9 @@ struct ServerEntry {
     auto_approve: BTreeSet<String>,
     /// The start-up limit in milliseconds.
     startup_timeout_ms: Option<u64>,
+    /// Whether its sampling requests are answered by the agent's model.
+    #[serde(default)]
+    sampling: SamplingPolicy,
 }
 
 /// Reads an `mcpServers` configuration (Claude Desktop, Cursor):
@@ -261,6 +298,7 @@ pub fn parse_mcp_servers(json: &str) -> Result<Vec<McpServerConfig>, McpError> {
         let mut server = server;
         server.trust = entry.trust;
         server.auto_approve = entry.auto_approve;
+        server.sampling = entry.sampling;
         if let Some(ms) = entry.startup_timeout_ms {
             server.startup_timeout = Duration::from_millis(ms);
         }

@@ -24,10 +24,11 @@ mod config;
 mod http;
 mod process;
 mod register;
+mod server_requests;
 mod tool;
 
 pub use client::{MAX_TOOL_PAGES, MAX_TOOLS, McpClient, McpStatus, McpToolInfo};
-pub use config::{DEFAULT_STARTUP_TIMEOUT, McpServerConfig, McpTransport, parse_mcp_servers};
+pub use config::{DEFAULT_STARTUP_TIMEOUT, McpServerConfig, McpTransport, SamplingPolicy, parse_mcp_servers};
 pub use process::kill_all_servers;
 pub use register::{MCP_DEFAULT_TIMEOUT, MCP_MAX_TIMEOUT, McpToolOptions, mcp_tool_name};
 

@@ -111,6 +111,8 @@ impl McpTool {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(self.info.name.clone()).with_arguments(args.clone()),
         ));
+        // What the server asks while it serves this call is asked through it.
+        let _in_flight = self.client.in_flight(ctx.clone());
         let mut handle = match peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await
