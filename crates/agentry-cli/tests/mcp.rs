@@ -757,3 +757,66 @@ async fn the_tools_offered_can_be_chosen_mcp_tools_alone_included() {
         fake.assert_no_violations();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_form_is_asked_field_by_field_at_the_terminal_and_declined_with_a_command() {
+    for decline in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeLlm::start().await;
+        let config = write_config(dir.path(), json!({ "everything": everything() }));
+        fake.push(Reply::tool_calls([Call::new(
+            "e",
+            "trigger-elicitation-request",
+            "{}",
+        )]));
+        fake.push(Reply::text("Thanks."));
+        let mut program = crate::common::program::Program::start(
+            &run_args(
+                &fake.base_url(),
+                dir.path(),
+                &["--mcp-config", &config, "--allow", "trigger-elicitation-request"],
+                "fill it",
+            ),
+            dir.path(),
+        );
+        program.stderr_has("? everything: input asks:").await;
+        program.stderr_has("Please provide inputs").await;
+        let mut asked = 0;
+        loop {
+            asked += 1;
+            program.stderr_has_n(") > ", asked).await;
+            if decline {
+                program.type_line("/decline");
+                break;
+            }
+            // The prompt shown last: after the previous one's " > " (typed lines are not echoed).
+            let shown = program.stderr_so_far();
+            let end = shown.rfind(") > ").unwrap();
+            let start = shown[..end].rfind(" > ").map_or(0, |i| i + 3);
+            let prompt = shown[start..end].to_owned();
+            program.type_line(if prompt.contains("legal name") {
+                "Ada Lovelace"
+            } else {
+                ""
+            });
+            if asked == 13 {
+                break;
+            }
+        }
+        let (status, out, err) = program.finish().await;
+        assert!(status.success(), "{err}");
+        assert_eq!(out, "Thanks.\n");
+        let result = crate::common::tool_message(&fake, 1, "e");
+        match decline {
+            true => assert!(result.contains("User declined"), "{result}"),
+            false => {
+                assert!(result.contains("- Name: Ada Lovelace"), "{result}");
+                assert!(
+                    result.contains("\"integer\": 42"),
+                    "the default was kept: {result}"
+                );
+            }
+        }
+        fake.assert_no_violations();
+    }
+}

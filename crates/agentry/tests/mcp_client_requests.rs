@@ -143,3 +143,66 @@ async fn a_server_denied_sampling_is_not_told_the_client_can_sample() {
     );
     client.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elicitation_form_is_asked_of_the_user_checked_against_its_schema_and_answered() {
+    use agentry::agent::{InputAnswer, InputError};
+    for (answer, says) in [
+        (
+            InputAnswer::Accept(serde_json::json!({"name": "Ada Lovelace", "check": true, "integer": 7})),
+            "- Name: Ada Lovelace",
+        ),
+        (InputAnswer::Decline, "User declined"),
+        (InputAnswer::Cancel, "User cancelled"),
+    ] {
+        let (client, toolkit) = connected(peers::everything()).await;
+        let fake = FakeLlm::start().await;
+        fake.push(Reply::tool_calls([Call::new(
+            "e",
+            "trigger-elicitation-request",
+            "{}",
+        )]));
+        fake.push(Reply::text("Thanks."));
+        let agent = agent(&fake, true, toolkit);
+        let (handle, mut driver) = Driver::go(&agent);
+        let asked = driver
+            .wait_for("the form", |e| matches!(e, AgentEvent::InputRequested { .. }))
+            .await;
+        let AgentEvent::InputRequested {
+            call_id,
+            name,
+            message,
+            schema,
+            ..
+        } = asked
+        else {
+            unreachable!()
+        };
+        assert!(call_id.as_str().starts_with("e."), "{call_id:?}");
+        assert_eq!(name, "everything: input");
+        assert!(message.contains("Please provide inputs"), "{message}");
+        assert_eq!(schema["required"], serde_json::json!(["name"]));
+        // An answer that does not fit the form is refused, and the form stays open.
+        let wrong = handle.answer_input(
+            call_id.clone(),
+            InputAnswer::Accept(serde_json::json!({"integer": 7})),
+        );
+        assert!(matches!(wrong, Err(InputError::Invalid(_))), "{wrong:?}");
+        handle.answer_input(call_id.clone(), answer.clone()).unwrap();
+        assert!(matches!(
+            handle.answer_input(call_id, InputAnswer::Decline),
+            Err(InputError::NotPending(_))
+        ));
+        let (reply, events) = driver.finish().await;
+        reply.unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, AgentEvent::InputAnswered { .. }))
+        );
+        let result = tool_message(&fake, 1, "e");
+        assert!(result.contains(says), "{answer:?}: {result}");
+        client.close().await;
+        fake.assert_no_violations();
+    }
+}

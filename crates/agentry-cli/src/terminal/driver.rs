@@ -7,13 +7,14 @@ use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use agentry::agent::{AgentError, AgentEvent, ReplyRun, SteerError, StopReason};
+use agentry::agent::{AgentError, AgentEvent, InputAnswer, InputError, ReplyRun, SteerError, StopReason};
 use agentry::message::Msg;
 use agentry::tool::{ApprovalDecision, ApprovalRequest, DecisionSource};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use agentry_store::SessionMemory;
 
+use super::form::Form;
 use super::input::Input;
 use super::live::Live;
 use super::render::{Renderer, Style};
@@ -64,14 +65,32 @@ enum Question {
         call_id: CallId,
         kind: DeclineKind,
     },
+    /// A form, field by field (an MCP server's elicitation).
+    Form {
+        call_id: CallId,
+        form: Form,
+        schema: serde_json::Value,
+    },
 }
 
 impl Question {
     fn call_id(&self) -> &str {
         match self {
-            Question::Choice { call_id, .. } | Question::Reason { call_id, .. } => call_id,
+            Question::Choice { call_id, .. }
+            | Question::Reason { call_id, .. }
+            | Question::Form { call_id, .. } => call_id,
         }
     }
+}
+
+/// What a question waiting its turn asks.
+#[derive(Clone)]
+enum Ask {
+    Approval(ApprovalRequest),
+    Input {
+        message: String,
+        schema: serde_json::Value,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -220,10 +239,117 @@ impl Terminal {
         }
     }
 
+    /// Shows a form asked by a call (`name`) and its first field; answers `Cancel` at once when
+    /// nobody can answer.
+    fn pose_form(
+        &mut self,
+        run: &ReplyRun,
+        call_id: CallId,
+        name: &str,
+        message: &str,
+        schema: serde_json::Value,
+    ) -> Question {
+        self.input.question_shown();
+        self.say(
+            &self
+                .style
+                .cyan(&format!("? {} asks:", sanitize::short(name, NAME_CHARS))),
+        );
+        for line in sanitize::lines(message, QUESTION_LINES, QUESTION_LINE_CHARS) {
+            self.say(&format!("  {line}"));
+        }
+        let form = Form::new(&schema);
+        if self.input.is_closed() {
+            let _ = run.handle().answer_input(call_id.clone(), InputAnswer::Cancel);
+            self.say(
+                &self
+                    .style
+                    .dim("  nobody can answer (the input is closed): cancelled"),
+            );
+            return Question::Form {
+                call_id,
+                form,
+                schema,
+            };
+        }
+        self.say(
+            &self
+                .style
+                .dim("  (one field at a time; /decline refuses, /cancel dismisses)"),
+        );
+        self.prompt_field(&form);
+        Question::Form {
+            call_id,
+            form,
+            schema,
+        }
+    }
+
+    fn prompt_field(&self, form: &Form) {
+        if let Some(prompt) = form.prompt() {
+            self.ask(&sanitize::line(&prompt));
+        }
+    }
+
+    /// A line typed for a form: the next field, or the answer once all are filled.
+    fn fill(
+        &mut self,
+        run: &ReplyRun,
+        call_id: CallId,
+        mut form: Form,
+        schema: serde_json::Value,
+        line: Option<String>,
+    ) -> Option<Question> {
+        let handle = run.handle();
+        let answer = match line.as_deref().map(str::trim) {
+            None | Some("/cancel") => Some(InputAnswer::Cancel),
+            Some("/decline") => Some(InputAnswer::Decline),
+            Some(typed) => {
+                if let Err(e) = form.take(typed) {
+                    self.say(&self.style.red(&format!("  {}", sanitize::line(&e))));
+                }
+                match form.prompt() {
+                    Some(_) => None,
+                    None => Some(InputAnswer::Accept(form.content())),
+                }
+            }
+        };
+        let Some(answer) = answer else {
+            self.prompt_field(&form);
+            return Some(Question::Form {
+                call_id,
+                form,
+                schema,
+            });
+        };
+        match handle.answer_input(call_id.clone(), answer) {
+            Err(InputError::Invalid(why)) => {
+                // The server's form says no: fill it again.
+                self.say(&self.style.red(&format!("  {}: again", sanitize::line(&why))));
+                let form = Form::new(&schema);
+                self.prompt_field(&form);
+                Some(Question::Form {
+                    call_id,
+                    form,
+                    schema,
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Handles a line typed (or the end of input) while `question` is asked.
     fn answer(&mut self, run: &ReplyRun, question: Question, line: Option<String>) -> Option<Question> {
         let handle = run.handle();
         match (question, line) {
+            (
+                Question::Form {
+                    call_id,
+                    form,
+                    schema,
+                },
+                line,
+            ) => self.fill(run, call_id, form, schema, line),
             (Question::Choice { call_id, .. }, Some(answer)) => {
                 let kind = match answer.trim().to_ascii_lowercase().as_str() {
                     "y" | "yes" => {
@@ -319,7 +445,7 @@ impl Terminal {
 
     /// Drives one reply to its end.
     pub async fn drive(&mut self, mut run: ReplyRun) -> Outcome {
-        let mut waiting: VecDeque<(CallId, String, ApprovalRequest)> = VecDeque::new();
+        let mut waiting: VecDeque<(CallId, String, Ask)> = VecDeque::new();
         let mut question: Option<Question> = None;
         let mut cancelled = false;
         let mut terminating: Option<tokio::time::Instant> = None;
@@ -347,7 +473,13 @@ impl Terminal {
                     }
                     match event {
                         AgentEvent::ApprovalRequested { call_id, name, request, automatic: false, .. } => {
-                            waiting.push_back((call_id, name, request));
+                            waiting.push_back((call_id, name, Ask::Approval(request)));
+                        }
+                        AgentEvent::InputRequested { call_id, name, message, schema, .. } => {
+                            waiting.push_back((call_id, name, Ask::Input { message, schema }));
+                        }
+                        AgentEvent::InputAnswered { ref call_id, .. } => {
+                            self.settled(&mut waiting, &mut question, call_id);
                         }
                         AgentEvent::ApprovalResolved { ref call_id, source: DecisionSource::NoDecision, .. } => {
                             self.say(&self.style.dim("  no decision: nobody can answer (the input is closed); declined"));
@@ -367,10 +499,13 @@ impl Terminal {
                     if question.is_none()
                         && !cancelled
                         && terminating.is_none()
-                        && let Some((call_id, name, request)) = waiting.front().cloned()
+                        && let Some((call_id, name, ask)) = waiting.front().cloned()
                     {
                         self.renderer.pause_live(true);
-                        question = Some(self.pose(&run, call_id, &name, &request));
+                        question = Some(match ask {
+                            Ask::Approval(request) => self.pose(&run, call_id, &name, &request),
+                            Ask::Input { message, schema } => self.pose_form(&run, call_id, &name, &message, schema),
+                        });
                     }
                 }
                 line = self.input.typed(), if self.input.is_reading() => {
@@ -441,7 +576,7 @@ impl Terminal {
     /// The call's approval is no longer pending: forget it, and end its question if asked.
     fn settled(
         &self,
-        waiting: &mut VecDeque<(CallId, String, ApprovalRequest)>,
+        waiting: &mut VecDeque<(CallId, String, Ask)>,
         question: &mut Option<Question>,
         call_id: &str,
     ) {

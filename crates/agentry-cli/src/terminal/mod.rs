@@ -3,6 +3,7 @@
 //! the escaping that keeps model and tool text from driving the terminal.
 
 pub mod driver;
+pub mod form;
 pub mod input;
 pub mod ledger;
 pub mod live;

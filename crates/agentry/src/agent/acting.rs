@@ -12,7 +12,8 @@ use serde_json::{Map, Value, json};
 use super::AgentError;
 use super::approval::ApprovalPhase;
 use super::deadline::sleep_until;
-use super::events::AgentEvent;
+use super::events::{AgentEvent, EventHub};
+use super::handle::ActiveReply;
 use super::react::ReplyCx;
 use super::structured::StructuredSpec;
 use super::trace;
@@ -20,10 +21,12 @@ use crate::CallId;
 use crate::memory::{Memory, MemoryError};
 use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ChatUsage;
+use crate::protocol::InputAnswer;
 use crate::tool::{
-    ApprovalRequest, AskFn, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause,
-    CancelPhase, CancelReason, DecisionSource, INTERRUPTED_RESTART, NestedApproval, OnCancel, PreparedCall,
-    ProgressFn, ToolCallState, ToolContext, ToolResponse, UsageFn, UserAction, declined_text, timed_out_text,
+    ApprovalDecision, ApprovalRequest, AskFn, Asker, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy,
+    CallRecord, CancelCause, CancelPhase, CancelReason, DecisionSource, INTERRUPTED_RESTART, InputQuestion,
+    NestedApproval, OnCancel, PreparedCall, ProgressFn, ToolCallState, ToolContext, ToolResponse, UsageFn,
+    UserAction, declined_text, timed_out_text,
 };
 
 /// Where a batch's results go in memory: right after the assistant message, in call order,
@@ -508,16 +511,13 @@ impl ReplyCx<'_> {
         }))
     }
 
-    /// How call `call_id` asks the user its nested calls' questions: through this reply.
+    /// How call `call_id` asks the user what it needs: through this reply.
     fn ask_fn(&self, call_id: &CallId) -> AskFn {
-        // Weak, as for progress: a context kept by a tool must not keep the reply alive.
-        let active = Arc::downgrade(&self.active);
-        let events = Arc::clone(&self.inner.events);
-        let call_id = call_id.clone();
-        Arc::new(move |question: NestedApproval| match active.upgrade() {
-            Some(active) => active.ask_question(&events, &call_id, question),
-            // The reply is over: the sender drops here, and the question reads "no decision".
-            None => tokio::sync::oneshot::channel().1,
+        Arc::new(ReplyAsker {
+            // Weak, as for progress: a context kept by a tool must not keep the reply alive.
+            active: Arc::downgrade(&self.active),
+            events: Arc::clone(&self.inner.events),
+            call_id: call_id.clone(),
         })
     }
 
@@ -702,6 +702,30 @@ fn call_record_json(
         map.insert("finished_at".into(), json!(Utc::now().to_rfc3339()));
     }
     record
+}
+
+/// Asks the user of a reply what one of its calls needs.
+struct ReplyAsker {
+    active: std::sync::Weak<ActiveReply>,
+    events: Arc<EventHub>,
+    call_id: CallId,
+}
+
+impl Asker for ReplyAsker {
+    fn approval(&self, question: NestedApproval) -> tokio::sync::oneshot::Receiver<ApprovalDecision> {
+        match self.active.upgrade() {
+            Some(active) => active.ask_question(&self.events, &self.call_id, question),
+            // The reply is over: the sender drops here, and the question reads "no decision".
+            None => tokio::sync::oneshot::channel().1,
+        }
+    }
+
+    fn input(&self, question: InputQuestion) -> tokio::sync::oneshot::Receiver<InputAnswer> {
+        match self.active.upgrade() {
+            Some(active) => active.ask_input(&self.events, &self.call_id, question),
+            None => tokio::sync::oneshot::channel().1,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -14,9 +15,10 @@ use super::events::{AgentEvent, CancelTarget, EventHub};
 use super::meter::Meter;
 use crate::message::Msg;
 use crate::model::ChatUsage;
+use crate::protocol::InputAnswer;
 use crate::tool::{
-    ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, NestedApproval,
-    ToolCallState,
+    ApprovalDecision, CallRecord, CancelCommit, CancelOutcome, CancelReason, DecisionSource, InputQuestion,
+    NestedApproval, ToolCallState,
 };
 use crate::{CallId, ReplyId};
 
@@ -35,6 +37,35 @@ pub enum SteerError {
     NotUserMessage(Msg),
 }
 
+/// Why an input answer was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// No input request of this id is open: unknown, answered, withdrawn.
+    #[error("no input request {:?} waits for an answer", .0.as_str())]
+    NotPending(CallId),
+    /// The accepted content does not match the form; the request stays open.
+    #[error("the answer does not fit the form: {0}")]
+    Invalid(String),
+}
+
+/// Checks an accepted answer against its form.
+fn check_input(schema: &Value, content: &Value) -> Result<(), InputError> {
+    if !content.is_object() {
+        return Err(InputError::Invalid("the answer must be an object".into()));
+    }
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| InputError::Invalid(format!("the form's schema is not valid: {e}")))?;
+    let errors: Vec<String> = validator
+        .iter_errors(content)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    match errors.is_empty() {
+        true => Ok(()),
+        false => Err(InputError::Invalid(errors.join("; "))),
+    }
+}
+
 /// Why a decision was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -49,6 +80,16 @@ pub enum ApprovalError {
     Cancelled(CallId),
 }
 
+/// Where the answer to an open question goes.
+enum Pending {
+    Approval(oneshot::Sender<ApprovalDecision>),
+    Input {
+        answer: oneshot::Sender<InputAnswer>,
+        /// What an accepted answer must match.
+        schema: Value,
+    },
+}
+
 #[derive(Default)]
 struct ReplyState {
     cancelled: bool,
@@ -59,7 +100,7 @@ struct ReplyState {
     approvals: HashMap<CallId, oneshot::Sender<ApprovalDecision>>,
     /// Nested calls' questions asked through a running call (`ToolContext::ask_approval`), by
     /// question id: the asking call's id, and where the answer goes.
-    questions: HashMap<CallId, (CallId, oneshot::Sender<ApprovalDecision>)>,
+    questions: HashMap<CallId, (CallId, Pending)>,
     /// Messages the user added while the reply runs, for its next model request.
     steering: Vec<Msg>,
     /// No more steering: the reply is ending.
@@ -226,7 +267,9 @@ impl ActiveReply {
             return answered;
         }
         let id = CallId::new(format!("{asker}.{}", question.id));
-        self.state().questions.insert(id.clone(), (asker.clone(), answer));
+        self.state()
+            .questions
+            .insert(id.clone(), (asker.clone(), Pending::Approval(answer)));
         self.emit(
             hub,
             AgentEvent::ApprovalRequested {
@@ -241,7 +284,9 @@ impl ActiveReply {
         answered
     }
 
-    /// Answers question `id`, if it is one; the first answer wins (A16).
+    /// Answers approval question `id`, if it is one; the first answer wins (A16). An input
+    /// question is answered with `Cancel` when nobody can answer (`source` `NoDecision`), and
+    /// refused as not pending otherwise.
     fn answer_question(
         &self,
         hub: &EventHub,
@@ -249,7 +294,19 @@ impl ActiveReply {
         decision: ApprovalDecision,
         source: DecisionSource,
     ) -> Option<Result<(), ApprovalError>> {
-        let (_, answer) = self.state().questions.remove(id)?;
+        let (asker, pending) = self.state().questions.remove(id)?;
+        let answer = match pending {
+            Pending::Approval(answer) => answer,
+            Pending::Input { answer, schema } => {
+                if source == DecisionSource::NoDecision {
+                    return Some(self.answer_input_now(hub, id, answer, InputAnswer::Cancel));
+                }
+                self.state()
+                    .questions
+                    .insert(id.into(), (asker, Pending::Input { answer, schema }));
+                return Some(Err(ApprovalError::NotPending(id.into())));
+            }
+        };
         if answer.send(decision.clone()).is_err() {
             // The asking call stopped listening: nothing was decided.
             return Some(Err(ApprovalError::NotPending(id.into())));
@@ -264,6 +321,81 @@ impl ActiveReply {
             },
         );
         Some(Ok(()))
+    }
+
+    /// Asks the user for input for call `asker` (see `ToolContext::ask_input`): announced as
+    /// an input request of id `"{asker}.{question.id}"`.
+    pub(crate) fn ask_input(
+        &self,
+        hub: &EventHub,
+        asker: &CallId,
+        question: InputQuestion,
+    ) -> oneshot::Receiver<InputAnswer> {
+        let (answer, answered) = oneshot::channel();
+        let running = self
+            .call(asker)
+            .is_some_and(|record| record.terminal().is_none() && !record.token.is_cancelled());
+        if !running {
+            return answered;
+        }
+        let id = CallId::new(format!("{asker}.{}", question.id));
+        let pending = Pending::Input {
+            answer,
+            schema: question.schema.clone(),
+        };
+        self.state()
+            .questions
+            .insert(id.clone(), (asker.clone(), pending));
+        self.emit(
+            hub,
+            AgentEvent::InputRequested {
+                reply_id: self.reply_id.clone(),
+                call_id: id,
+                name: question.name,
+                message: question.message,
+                schema: question.schema,
+            },
+        );
+        answered
+    }
+
+    /// Answers input question `id`: an accepted answer must match its schema (else it stays
+    /// open and the error says why).
+    fn answer_input(&self, hub: &EventHub, id: &str, answer: InputAnswer) -> Result<(), InputError> {
+        let mut state = self.state();
+        let Some((_, Pending::Input { schema, .. })) = state.questions.get(id) else {
+            return Err(InputError::NotPending(id.into()));
+        };
+        if let InputAnswer::Accept(content) = &answer {
+            check_input(schema, content)?;
+        }
+        let Some((_, Pending::Input { answer: sender, .. })) = state.questions.remove(id) else {
+            return Err(InputError::NotPending(id.into()));
+        };
+        drop(state);
+        self.answer_input_now(hub, id, sender, answer)
+            .map_err(|_| InputError::NotPending(id.into()))
+    }
+
+    fn answer_input_now(
+        &self,
+        hub: &EventHub,
+        id: &str,
+        sender: oneshot::Sender<InputAnswer>,
+        answer: InputAnswer,
+    ) -> Result<(), ApprovalError> {
+        if sender.send(answer.clone()).is_err() {
+            return Err(ApprovalError::NotPending(id.into()));
+        }
+        self.emit(
+            hub,
+            AgentEvent::InputAnswered {
+                reply_id: self.reply_id.clone(),
+                call_id: id.into(),
+                answer,
+            },
+        );
+        Ok(())
     }
 
     /// Withdraws the open questions of call `asker` (it was cancelled, P2).
@@ -534,6 +666,20 @@ impl AgentHandle {
         match self.inner.active_reply() {
             Some(reply) => reply.steer(msg),
             None => Err(SteerError::NotReplying(msg)),
+        }
+    }
+
+    /// Answers an input request ([`AgentEvent::InputRequested`]): the first answer wins; an
+    /// accepted answer must match the request's schema.
+    ///
+    /// # Errors
+    /// [`InputError::NotPending`] when the request is not open, [`InputError::Invalid`] (the
+    /// request stays open) when the content does not fit the form.
+    pub fn answer_input(&self, call_id: impl Into<CallId>, answer: InputAnswer) -> Result<(), InputError> {
+        let call_id = call_id.into();
+        match self.inner.active_reply() {
+            Some(reply) => reply.answer_input(&self.inner.events, &call_id, answer),
+            None => Err(InputError::NotPending(call_id)),
         }
     }
 

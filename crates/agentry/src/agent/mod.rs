@@ -51,13 +51,14 @@ mod so_far;
 mod structured;
 pub mod trace;
 
+pub use crate::protocol::InputAnswer;
 pub use crate::tool::{CancelOutcome, ToolCallState};
 pub use as_tool::{AgentSource, AgentTool};
 pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
 pub use compaction::{COMPACTION_KEY, Compaction, is_summary};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
 pub use finished::DEFAULT_FINISHED_CALLS;
-pub use handle::{AgentHandle, ApprovalError, SteerError};
+pub use handle::{AgentHandle, ApprovalError, InputError, SteerError};
 pub use hooks::{AgentHook, HookContext, ReplyEnd};
 pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note, rerun_call_note};
 pub use so_far::ReplySoFar;

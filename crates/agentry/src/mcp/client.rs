@@ -96,6 +96,8 @@ impl ClientHandler for Handler {
         if self.sampling != SamplingPolicy::Deny {
             capabilities.insert("sampling".into(), serde_json::json!({}));
         }
+        // Forms, asked of the agent's user through the call the server serves.
+        capabilities.insert("elicitation".into(), serde_json::json!({ "form": {} }));
         let capabilities: ClientCapabilities =
             serde_json::from_value(serde_json::Value::Object(capabilities)).unwrap_or_default();
         ClientConfig::new(
@@ -115,6 +117,17 @@ impl ClientHandler for Handler {
         let model = self.shared.sampler().clone();
         let caller = self.shared.in_flight.latest();
         let result = server_requests::sample(&self.server, self.sampling, model, caller, params).await?;
+        serde_json::from_value(result).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let params = serde_json::to_value(&request).unwrap_or_default();
+        let caller = self.shared.in_flight.latest();
+        let result = server_requests::elicit(&self.server, caller, params).await;
         serde_json::from_value(result).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
     }
 

@@ -1,6 +1,6 @@
 //! What an MCP server asks of agentry while it serves a call: the agent's model
-//! (`sampling/createMessage`, under the server's [`SamplingPolicy`]), and the roots (the
-//! directories it may work in).
+//! (`sampling/createMessage`, under the server's [`SamplingPolicy`]), the user's input
+//! (`elicitation/create`, a form), and the roots (the directories it may work in).
 //!
 //! A server's request names no call, so it is taken as part of the call of that server running
 //! now (the latest when several run): that call's user is the one asked to approve it, and its
@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use super::config::SamplingPolicy;
 use crate::message::{Msg, Role};
 use crate::model::{ChatModel, ChatRequest};
-use crate::tool::{ApprovalDecision, ApprovalRequest, NestedApproval, ToolContext};
+use crate::protocol::InputAnswer;
+use crate::tool::{ApprovalDecision, ApprovalRequest, InputQuestion, NestedApproval, ToolContext};
 
 /// The code of a refused sampling request (as the MCP SDKs answer "User rejected sampling
 /// request").
@@ -136,6 +137,37 @@ pub(crate) async fn sample(
         "model": model.model_name(),
         "stopReason": stop,
     }))
+}
+
+/// Answers an elicitation request (`params` as sent): a form is asked of the user of the call
+/// the server serves; a URL request, or one nobody can be asked, is declined or cancelled.
+pub(crate) async fn elicit(server: &str, caller: Option<ToolContext>, params: Value) -> Value {
+    if params.get("mode").and_then(Value::as_str) == Some("url") {
+        // Sending the user to a web page is not something agentry does for a server.
+        return json!({ "action": "decline" });
+    }
+    let Some(caller) = caller else {
+        return json!({ "action": "cancel" });
+    };
+    let schema = params
+        .get("requestedSchema")
+        .cloned()
+        .unwrap_or_else(|| json!({ "type": "object", "properties": {} }));
+    let question = InputQuestion {
+        id: format!("input-{}", uuid::Uuid::new_v4()),
+        name: format!("{server}: input"),
+        message: params
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("The server asks for input.")
+            .to_owned(),
+        schema,
+    };
+    match caller.ask_input(question).await {
+        InputAnswer::Accept(content) => json!({ "action": "accept", "content": content }),
+        InputAnswer::Decline => json!({ "action": "decline" }),
+        _ => json!({ "action": "cancel" }),
+    }
 }
 
 /// The model request of a sampling request: its system prompt, its text messages, its limit.

@@ -108,7 +108,33 @@ pub enum AgentEvent {
         /// ([`DecisionSource::is_automatic`]).
         source: DecisionSource,
     },
-    /// A pending approval request no longer needs an answer (its call was cancelled, P2).
+    /// A running call asks the user for input (an MCP server's elicitation): a form whose
+    /// answer must match `schema`, a JSON schema of an object of simple fields. Answer with
+    /// [`AgentHandle::answer_input`](crate::agent::AgentHandle::answer_input); it is withdrawn
+    /// (`ApprovalWithdrawn`) when its call is cancelled.
+    InputRequested {
+        /// The reply this call belongs to.
+        reply_id: ReplyId,
+        /// The question's id: `"{call id}.{question}"`.
+        call_id: CallId,
+        /// Who asks: `"{server}: input"`.
+        name: String,
+        /// What is asked.
+        message: String,
+        /// The form: `{"type": "object", "properties": {...}, "required": [...]}`.
+        schema: Value,
+    },
+    /// An input request was answered; a later answer is refused.
+    InputAnswered {
+        /// The reply this call belongs to.
+        reply_id: ReplyId,
+        /// The question's id.
+        call_id: CallId,
+        /// The answer.
+        answer: super::InputAnswer,
+    },
+    /// A pending approval or input request no longer needs an answer (its call was
+    /// cancelled, P2).
     ApprovalWithdrawn {
         /// The reply this call belongs to.
         reply_id: ReplyId,

@@ -32,12 +32,14 @@
 mod approval;
 mod calls;
 mod events;
+mod input;
 mod plan;
 mod usage;
 
 pub use approval::{ApprovalDecision, ApprovalRequest, DecisionSource};
 pub use calls::{CancelCause, CancelOutcome, CancelPhase, CancelReason, ToolCallState};
 pub use events::{AgentEvent, CancelTarget, StopReason};
+pub use input::InputAnswer;
 pub use plan::{Plan, PlanState, SubTask, SubTaskState, subtask_line};
 pub use usage::ChatUsage;
 

@@ -13,15 +13,34 @@ use super::approval::{ApprovalDecision, ApprovalRequest, UserAction};
 use super::call::CallRecord;
 use super::extensions::Extensions;
 use crate::model::ChatUsage;
+use crate::protocol::InputAnswer;
 
 /// Receives `report()` progress: call id, report id, message.
 pub(crate) type ProgressFn = Arc<dyn Fn(&str, Option<&str>, &str) + Send + Sync>;
 
 /// Receives `report_usage()`: what a tool's own model calls used.
 pub(crate) type UsageFn = Arc<dyn Fn(&ChatUsage) + Send + Sync>;
-/// Asks the agent's user a nested call's approval question; the answer comes on the receiver
-/// (dropped: nobody can answer).
-pub(crate) type AskFn = Arc<dyn Fn(NestedApproval) -> oneshot::Receiver<ApprovalDecision> + Send + Sync>;
+/// Asks the agent's user what a running call needs: an approval of a call it makes, or input.
+/// The answer comes on the receiver (dropped: nobody can answer).
+pub(crate) trait Asker: Send + Sync {
+    fn approval(&self, question: NestedApproval) -> oneshot::Receiver<ApprovalDecision>;
+    fn input(&self, question: InputQuestion) -> oneshot::Receiver<InputAnswer>;
+}
+
+pub(crate) type AskFn = Arc<dyn Asker>;
+
+/// Input a running call asks the agent's user for (an MCP server's elicitation form).
+#[derive(Debug, Clone)]
+pub struct InputQuestion {
+    /// The question's id within this call: the request's id is `"{this call's id}.{id}"`.
+    pub id: String,
+    /// Who asks, as the user sees it: `"{server}: input"`.
+    pub name: String,
+    /// What is asked.
+    pub message: String,
+    /// The form: a JSON schema of an object of simple fields; an accepted answer must match it.
+    pub schema: Value,
+}
 
 /// A question a running call asks the agent's user: may a call the tool makes on its own
 /// behalf run? A sub-agent's tool call that needs approval, say
@@ -153,7 +172,7 @@ impl ToolContext {
         &self,
         question: NestedApproval,
     ) -> impl Future<Output = ApprovalDecision> + Send + 'static {
-        let answer = self.inner.ask.as_ref().map(|ask| ask(question));
+        let answer = self.inner.ask.as_ref().map(|ask| ask.approval(question));
         async move {
             let no_decision = || ApprovalDecision::Decline {
                 reason: Some("no decision".to_owned()),
@@ -161,6 +180,21 @@ impl ToolContext {
             match answer {
                 Some(answer) => answer.await.unwrap_or_else(|_| no_decision()),
                 None => no_decision(),
+            }
+        }
+    }
+
+    /// Asks the agent's user for input (an MCP server's elicitation): the agent shows it as an
+    /// `InputRequested` of id `"{this call's id}.{question.id}"`, answered with
+    /// [`AgentHandle::answer_input`](crate::agent::AgentHandle::answer_input), an accepted
+    /// answer checked against the schema. [`InputAnswer::Cancel`] when nobody can answer:
+    /// outside an agent, or once this call is cancelled (the question is then withdrawn).
+    pub fn ask_input(&self, question: InputQuestion) -> impl Future<Output = InputAnswer> + Send + 'static {
+        let answer = self.inner.ask.as_ref().map(|ask| ask.input(question));
+        async move {
+            match answer {
+                Some(answer) => answer.await.unwrap_or(InputAnswer::Cancel),
+                None => InputAnswer::Cancel,
             }
         }
     }

@@ -54,8 +54,10 @@ pub use call::{
     DECLINED, INTERRUPTED_RESTART, ToolCallState, declined_text, timed_out_text,
 };
 pub(crate) use call::{CallRecord, CancelCommit};
-pub(crate) use context::{AskFn, ProgressFn, UsageFn};
-pub use context::{DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET, NestedApproval, ToolContext};
+pub(crate) use context::{AskFn, Asker, ProgressFn, UsageFn};
+pub use context::{
+    DEFAULT_CANCEL_GRACE, DEFAULT_ON_CANCEL_BUDGET, InputQuestion, NestedApproval, ToolContext,
+};
 pub use extensions::Extensions;
 pub use function::{FunctionTool, IntoToolChunk, IntoToolOutput, once, parse_args, streaming};
 pub use meta::META_TOOL_NAME;
