@@ -480,3 +480,59 @@ async fn a_message_to_a_working_task_steers_its_reply() {
 fn uuid() -> String {
     format!("m-{}", std::process::id()) + &format!("-{:?}", std::time::Instant::now())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_an_mcp_server_asks_for_is_input_required_and_answered_with_a_data_part() {
+    let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
+    let servers = home.path().join("servers.json");
+    let everything = json!({"command": "node", "args": [
+        agentry_testkit::peers::npm_package("@modelcontextprotocol/server-everything/dist/index.js"), "stdio"]});
+    std::fs::write(
+        &servers,
+        json!({"mcpServers": {"everything": everything}}).to_string(),
+    )
+    .unwrap();
+    fake.push(Reply::tool_calls([Call::new(
+        "e",
+        "trigger-elicitation-request",
+        "{}",
+    )]));
+    fake.push(Reply::text("Thanks."));
+    let mut args = serve_args(
+        &fake,
+        home.path(),
+        &["--addr", "127.0.0.1:0", "--allow", "trigger-elicitation-request"],
+    );
+    let no_mcp = args.iter().position(|a| a == "--no-mcp").unwrap();
+    args[no_mcp] = "--mcp-config".into();
+    args.insert(no_mcp + 1, servers.display().to_string());
+    let server = Program::start(&args, home.path());
+    let base = server_base(&server).await;
+    let client = crate::common::http_client();
+    let rpc = |params: Value| {
+        let request = client
+            .post(format!("{base}/a2a"))
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}));
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let first = rpc(
+        json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "fill the form"}]}}),
+    )
+    .await;
+    let task = &first["result"]["task"];
+    assert_eq!(state(task), "TASK_STATE_INPUT_REQUIRED", "{first}");
+    let form = &task["status"]["message"]["parts"][1]["data"]["input"];
+    assert_eq!(form["schema"]["required"], json!(["name"]), "{form}");
+    let answer = |data: Value| json!({"message": {"messageId": "m2", "role": "ROLE_USER", "taskId": task["id"], "parts": [{"data": data}]}});
+    let refused = rpc(answer(json!({"integer": 7}))).await;
+    assert_eq!(
+        refused["error"]["code"], -32602,
+        "a form without its required name: {refused}"
+    );
+    let done = rpc(answer(json!({"name": "Ada Lovelace"}))).await;
+    assert_eq!(state(&done["result"]["task"]), "TASK_STATE_COMPLETED", "{done}");
+    assert!(tool_message(&fake, 1, "e").contains("- Name: Ada Lovelace"));
+    server.terminate();
+    server.finish().await;
+    fake.assert_no_violations();
+}

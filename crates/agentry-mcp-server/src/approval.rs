@@ -1,5 +1,6 @@
 //! Approvals asked of the MCP client through elicitation (fail closed when it cannot be asked).
 
+use agentry::agent::InputAnswer;
 use agentry::tool::{ApprovalDecision, ApprovalRequest};
 use rmcp::RoleServer;
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema};
@@ -61,6 +62,32 @@ impl Approver {
         match peer.create_elicitation(params).await {
             Ok(result) => decision(&result),
             Err(e) => decline(&format!("the approval question failed: {e}")),
+        }
+    }
+}
+
+impl Approver {
+    /// Asks the client to fill a form one of the agent's tools asks for (an MCP server's
+    /// elicitation, passed on); cancelled when it cannot be asked or the form cannot be sent.
+    pub(crate) async fn fill(&self, name: &str, message: &str, schema: Value) -> InputAnswer {
+        let Some(peer) = &self.peer else {
+            return InputAnswer::Cancel;
+        };
+        let params = serde_json::from_value::<ElicitRequestParams>(json!({
+            "mode": "form",
+            "message": format!("{name} asks: {message}"),
+            "requestedSchema": schema,
+        }));
+        let Ok(params) = params else {
+            return InputAnswer::Cancel;
+        };
+        match peer.create_elicitation(params).await {
+            Ok(result) => match result.action {
+                ElicitationAction::Accept => InputAnswer::Accept(result.content.unwrap_or_else(|| json!({}))),
+                ElicitationAction::Decline => InputAnswer::Decline,
+                _ => InputAnswer::Cancel,
+            },
+            Err(_) => InputAnswer::Cancel,
         }
     }
 }

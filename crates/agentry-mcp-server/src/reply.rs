@@ -4,7 +4,7 @@
 use std::pin::Pin;
 
 use agentry::CallId;
-use agentry::agent::{AgentEvent, ReplyRun, ReplySoFar, ToolCallState};
+use agentry::agent::{AgentEvent, InputAnswer, InputError, ReplyRun, ReplySoFar, ToolCallState};
 use agentry::message::{Msg, Role};
 use agentry::tool::ApprovalDecision;
 use futures::stream::FuturesUnordered;
@@ -21,7 +21,13 @@ use crate::server::Inner;
 /// Longest tool result text in a progress message.
 const RESULT_CHARS: usize = 500;
 
-type Asking = Pin<Box<dyn Future<Output = (CallId, ApprovalDecision)> + Send>>;
+/// The client's answer to a question of the reply.
+enum Answer {
+    Approval(ApprovalDecision),
+    Input(InputAnswer),
+}
+
+type Asking = Pin<Box<dyn Future<Output = (CallId, Answer)> + Send>>;
 
 /// Runs the reply tool's call: the reply for `args.prompt`, until it ends or the client
 /// cancels the request.
@@ -75,9 +81,16 @@ impl ReplyCall {
                     self.cancelled = true;
                     run.cancel();
                 }
-                Some((call_id, decision)) = self.asking.next(), if !self.asking.is_empty() => {
+                Some((call_id, answer)) = self.asking.next(), if !self.asking.is_empty() => {
                     // Refused when the call was cancelled meanwhile: nothing to do then.
-                    let _ = run.handle().decide(call_id, decision);
+                    let _ = match answer {
+                        Answer::Approval(decision) => run.handle().decide(call_id, decision).map_err(|_| ()),
+                        Answer::Input(input) => match run.handle().answer_input(call_id.clone(), input) {
+                            // The client's answer does not fit the form: nobody answered.
+                            Err(InputError::Invalid(_)) => run.handle().answer_input(call_id, InputAnswer::Cancel).map_err(|_| ()),
+                            other => other.map_err(|_| ()),
+                        },
+                    };
                 }
                 event = run.next_event() => match event {
                     Some(event) => self.on_event(&run, event).await,
@@ -143,7 +156,24 @@ impl ReplyCall {
                 let agent = self.name.clone();
                 self.asking.push(Box::pin(async move {
                     let decision = approver.ask(&agent, &name, &input, &request).await;
-                    (call_id, decision)
+                    (call_id, Answer::Approval(decision))
+                }));
+            }
+            AgentEvent::InputRequested {
+                call_id,
+                name,
+                message,
+                schema,
+                ..
+            } => {
+                if !self.approver.can_ask() {
+                    let _ = run.handle().answer_input(call_id, InputAnswer::Cancel);
+                    return;
+                }
+                let approver = self.approver.clone();
+                self.asking.push(Box::pin(async move {
+                    let answer = approver.fill(&name, &message, schema).await;
+                    (call_id, Answer::Input(answer))
                 }));
             }
             _ => {}

@@ -143,3 +143,26 @@ async fn approval_is_asked_through_elicitation_naming_the_agent_and_the_tool() {
         fake.assert_no_violations();
     }
 }
+
+#[tokio::test]
+async fn a_form_a_tool_asks_for_is_passed_on_to_the_client_or_cancelled_when_it_cannot_be_asked() {
+    for (elicit, said) in [
+        (Some(Elicit::Approve), r#"signed up \"Ada\""#),
+        (None, "not signed up: Cancel"),
+    ] {
+        let fake = FakeLlm::start().await;
+        fake.push(Reply::tool_calls([Call::new("s", "sign_up", "{}")]));
+        fake.push(Reply::text("Done."));
+        let toolkit = Toolkit::new();
+        toolkit.register(crate::common::sign_up()).unwrap();
+        let connected = connect(server(&fake, toolkit), elicit).await;
+        let params = CallToolRequestParams::new("ask")
+            .with_arguments(json!({"prompt": "sign up"}).as_object().cloned().unwrap());
+        within("the call", connected.client.call_tool(params))
+            .await
+            .unwrap();
+        let result = fake.requests()[1].body["messages"].to_string();
+        assert!(result.contains(said), "{said}: {result}");
+        fake.assert_no_violations();
+    }
+}

@@ -127,6 +127,8 @@ pub enum OutcomeKind {
     Decided,
     /// The message was added to the running reply.
     Steered,
+    /// The input request was answered.
+    Answered,
     /// Sent to the node that runs the reply, which has not answered yet (it may be being taken
     /// over): it is applied as soon as the reply's node (or the one taking it over) takes it.
     Queued,
@@ -181,4 +183,16 @@ pub struct DecisionBody {
     pub decision: String,
     /// For a decline: what the model reads.
     pub reason: Option<String>,
+}
+
+/// The answer to an input request (`input_requested`: a form a call's MCP server asks for). It
+/// describes the body; the core's `InputAnswer` reads it.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct InputBody {
+    /// `accept` (with `content`), `decline` or `cancel`.
+    #[schema(pattern = "^(accept|decline|cancel)$")]
+    pub action: String,
+    /// With `accept`: the form's values, an object matching the request's `schema`.
+    pub content: Option<serde_json::Value>,
 }

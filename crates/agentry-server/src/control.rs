@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentry::agent::ApprovalError;
+use agentry::agent::{ApprovalError, InputAnswer, InputError};
 use agentry::tool::{ApprovalDecision, CancelOutcome};
 use agentry_store::{EventNotice, SessionId};
 use axum::http::StatusCode;
@@ -37,6 +37,8 @@ pub(crate) enum Control {
     },
     /// Add a user message to the running reply.
     Steer { text: String },
+    /// Answer an input request.
+    Answer { call_id: String, answer: InputAnswer },
 }
 
 /// Applies `control` to the session loaded here.
@@ -80,6 +82,11 @@ pub(crate) fn apply(live: &LiveSession, control: Control) -> Result<OutcomeKind,
             })?;
             Ok(OutcomeKind::Decided)
         }
+        Control::Answer { call_id, answer } => match handle.answer_input(call_id.as_str(), answer) {
+            Ok(()) => Ok(OutcomeKind::Answered),
+            Err(InputError::Invalid(why)) => Err(ApiError::bad_request("invalid_answer", why)),
+            Err(e) => Err(ApiError::conflict("not_pending", e.to_string())),
+        },
         Control::Steer { text } => match handle.steer(agentry::message::Msg::user(text)) {
             Ok(()) => Ok(OutcomeKind::Steered),
             Err(_) => Err(ApiError::conflict(
@@ -122,7 +129,10 @@ async fn forward(state: &Arc<AppState>, id: &SessionId, control: Control) -> Res
                 ));
             }
         }
-        Control::CancelReply | Control::CancelCall { .. } | Control::Steer { .. } => {
+        Control::CancelReply
+        | Control::CancelCall { .. }
+        | Control::Steer { .. }
+        | Control::Answer { .. } => {
             if state.store.lease_holder(id).await?.is_none() {
                 return Err(ApiError::conflict(
                     "not_replying",

@@ -33,6 +33,7 @@ impl Modify for BearerAuth {
         crate::routes::cancel_reply,
         crate::routes::cancel_call,
         crate::routes::decide,
+        crate::routes::answer_input,
     ),
     modifiers(&BearerAuth),
     security((), ("bearer" = []))

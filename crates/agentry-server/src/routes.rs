@@ -17,7 +17,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::bodies::{
-    DecisionBody, ErrorBody, Health, NewMessage, NewSession, Outcome, OutcomeKind, ReplyStarted,
+    DecisionBody, ErrorBody, Health, InputBody, NewMessage, NewSession, Outcome, OutcomeKind, ReplyStarted,
     SessionDetail, SessionList, SessionSummary, ToolInfo, ToolList,
 };
 use crate::control::{Control, control};
@@ -40,6 +40,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/sessions/{id}/cancel", post(cancel_reply))
         .route("/v1/sessions/{id}/calls/{call_id}/cancel", post(cancel_call))
         .route("/v1/sessions/{id}/calls/{call_id}/decision", post(decide))
+        .route("/v1/sessions/{id}/inputs/{call_id}", post(answer_input))
         .route(crate::a2a::A2A_PATH, post(crate::a2a::endpoint))
 }
 
@@ -343,6 +344,24 @@ pub async fn decide(
     state.check_owner(&caller, &id).await?;
     let decision = body(payload)?;
     control(&state, &id, Control::Decide { call_id, decision })
+        .await
+        .map(outcome)
+}
+
+/// Answers an input request (a form a call's MCP server asks for): `accept` with the values,
+/// checked against the request's schema, or `decline` or `cancel`.
+#[utoipa::path(post, path = "/v1/sessions/{id}/inputs/{call_id}", params(("id" = String, Path), ("call_id" = String, Path)), request_body = InputBody,
+    responses((status = 200, body = Outcome), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn answer_input(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path((id, call_id)): Path<(String, String)>,
+    payload: Result<Json<agentry::agent::InputAnswer>, JsonRejection>,
+) -> Result<Json<Outcome>, ApiError> {
+    let id = SessionId::new(id);
+    state.check_owner(&caller, &id).await?;
+    let answer = body(payload)?;
+    control(&state, &id, Control::Answer { call_id, answer })
         .await
         .map(outcome)
 }

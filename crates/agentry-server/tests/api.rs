@@ -617,3 +617,49 @@ async fn a_steering_message_joins_the_running_reply_or_starts_one_when_none_runs
     );
     server.fake.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_request_is_answered_over_the_api_and_an_answer_that_does_not_fit_is_refused() {
+    let server = Harness::start().await;
+    server
+        .fake
+        .push(Reply::tool_calls([Call::new("s", "sign_up", "{}")]));
+    server.fake.push(Reply::text("Signed up."));
+    let id = server.session("form").await;
+    let mut events = server.events(&id, None).await;
+    server
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"text": "sign me up"}),
+        )
+        .await;
+    let asked = events.until(|e| e.agent_type() == "input_requested").await;
+    let request = &asked.last().unwrap().data;
+    assert_eq!(request["call_id"], "s.form");
+    assert_eq!(request["schema"]["required"], json!(["name"]));
+    let path = format!("/v1/sessions/{id}/inputs/s.form");
+    let (status, error) = server
+        .post(&path, json!({"action": "accept", "content": {"news": true}}))
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (400, &json!("invalid_answer")),
+        "{error}"
+    );
+    let (status, answered) = server
+        .post(
+            &path,
+            json!({"action": "accept", "content": {"name": "Ada", "news": true}}),
+        )
+        .await;
+    assert_eq!((status, &answered["outcome"]), (200, &json!("answered")));
+    let (status, _) = server.post(&path, json!({"action": "decline"})).await;
+    assert_eq!(status, 409, "the first answer wins");
+    events.reply().await;
+    let result = server.fake.requests()[1].body["messages"].to_string();
+    assert!(
+        result.contains(r#"signed up: {\"name\":\"Ada\",\"news\":true}"#),
+        "{result}"
+    );
+    server.fake.assert_no_violations();
+}

@@ -1,7 +1,8 @@
 //! The web page in headless Chromium (driven by playwright-core, see tests/browser/page.mjs)
 //! against the server and the fake model: a streamed reply whose markup stays text, one call
 //! approved and one declined with a reason, a message added to a running reply (steering), a slow
-//! call cancelled with its partial results shown, and the same history after a reload. Screenshots go to target/browser-shots.
+//! call cancelled with its partial results shown, the same history after a reload, and a form a
+//! tool asks for filled in a dialog. Screenshots go to target/browser-shots.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +58,8 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
         r#"{"text": "book"}"#,
     )]));
     fake.push(Reply::text("Stopped reading."));
+    fake.push(Reply::tool_calls([Call::new("f1", "sign_up", "{}")]));
+    fake.push(Reply::text("Signed up."));
 
     let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/browser-shots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -86,6 +89,13 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
         .clone();
     assert_eq!(last["content"], "only the first chapter", "{last}");
     assert!(shots.join("mid-cancel.png").exists());
+    let signed = tool_result(fake, 6, "f1");
+    assert!(
+        signed.contains(r#""name":"Ada""#)
+            && signed.contains(r#""level":"high""#)
+            && signed.contains(r#""news":true"#),
+        "{signed}"
+    );
     fake.assert_no_violations();
 }
 

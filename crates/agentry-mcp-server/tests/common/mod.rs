@@ -104,6 +104,29 @@ impl Tool for Slow {
     }
 }
 
+/// A tool that asks the user a form (as an MCP server's elicitation does).
+pub fn sign_up() -> agentry::tool::FunctionTool {
+    agentry::tool::FunctionTool::new(
+        "sign_up",
+        "Signs up",
+        json!({"type": "object", "properties": {}}),
+        |_, ctx| {
+            agentry::tool::once(async move {
+                let question = agentry::tool::InputQuestion {
+                    id: "form".into(),
+                    name: "club: input".into(),
+                    message: "Your name?".into(),
+                    schema: json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}),
+                };
+                match ctx.ask_input(question).await {
+                    agentry::agent::InputAnswer::Accept(content) => format!("signed up {}", content["name"]),
+                    other => format!("not signed up: {other:?}"),
+                }
+            })
+        },
+    )
+}
+
 /// How the test client answers elicitation requests; `None`: it does not declare elicitation.
 #[derive(Clone, Debug)]
 pub enum Elicit {
@@ -137,8 +160,10 @@ impl ClientHandler for TestClient {
         let _ = self
             .questions
             .send(wire["message"].as_str().unwrap_or_default().to_owned());
-        let answer = match self.elicit {
-            Some(Elicit::Approve) => json!({"action": "accept", "content": {"approve": true}}),
+        let form = wire["requestedSchema"]["properties"].get("name").is_some();
+        let answer = match (&self.elicit, form) {
+            (Some(Elicit::Approve), true) => json!({"action": "accept", "content": {"name": "Ada"}}),
+            (Some(Elicit::Approve), false) => json!({"action": "accept", "content": {"approve": true}}),
             _ => json!({"action": "decline"}),
         };
         Ok(serde_json::from_value(answer).unwrap())

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::ReActAgent;
+use agentry::agent::InputAnswer;
 use agentry::message::Msg;
 use agentry::tool::ApprovalDecision;
 use agentry_store::SessionId;
@@ -121,7 +122,7 @@ async fn answer(
             state.wire()
         )));
     }
-    let Some(call_id) = task.pending() else {
+    let Some(pending) = task.pending() else {
         // A message to a working task steers its reply: the agent reads it before its next step.
         let updates = task.updates();
         let steer = Control::Steer { text: message.text() };
@@ -131,20 +132,57 @@ async fn answer(
         task.added(message);
         return Ok((task, false, updates));
     };
-    let decision = decision(&message)?;
+    let call_id = pending.call_id.as_str().to_owned();
+    let control_of_answer = match pending.form {
+        true => Control::Answer {
+            call_id,
+            answer: input_answer(&message)?,
+        },
+        false => Control::Decide {
+            call_id,
+            decision: decision(&message)?,
+        },
+    };
     let updates = task.updates();
     task.answered(message);
-    let decided = control(
-        &call.state,
-        &task.context,
-        Control::Decide {
-            call_id: call_id.as_str().to_owned(),
-            decision,
-        },
-    )
-    .await;
-    decided.map_err(|e| RpcError::unsupported(format!("the question is no longer open: {}", e.message())))?;
+    if let Err(e) = control(&call.state, &task.context, control_of_answer).await {
+        // Not taken (a form that does not fit): the task asks again.
+        task.ask_again(&pending);
+        return Err(RpcError::invalid_params(format!(
+            "the answer was not taken: {}",
+            e.message()
+        )));
+    }
     Ok((task, false, updates))
+}
+
+/// A user's answer to a form: a data part with the values, or "decline" / "cancel".
+fn input_answer(message: &Message) -> Result<InputAnswer, RpcError> {
+    if let Some(values) = message
+        .parts
+        .iter()
+        .find_map(|p| p.get("data").filter(|d| d.is_object()))
+    {
+        return Ok(InputAnswer::Accept(values.clone()));
+    }
+    let text = message.text();
+    match text
+        .trim()
+        .to_lowercase()
+        .trim_matches(|c: char| !c.is_alphanumeric())
+    {
+        "decline" | "no" => Ok(InputAnswer::Decline),
+        "cancel" => Ok(InputAnswer::Cancel),
+        _ => serde_json::from_str::<Value>(text.trim())
+            .ok()
+            .filter(Value::is_object)
+            .map(InputAnswer::Accept)
+            .ok_or_else(|| {
+                RpcError::invalid_params(
+                    "the task asks for a form: send its values as a data part, or \"decline\"",
+                )
+            }),
+    }
 }
 
 /// A user's answer to an approval question: "yes" (or a data part `{"approve": true}`), or

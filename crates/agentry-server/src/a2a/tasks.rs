@@ -95,8 +95,20 @@ struct TaskData {
     timestamp: Option<String>,
     history: Vec<Message>,
     artifacts: Vec<Value>,
-    /// The call waiting for the client's answer (input required).
-    pending: Option<CallId>,
+    /// The question waiting for the client's answer (input required).
+    pending: Option<Pending>,
+}
+
+/// A question a task waits on.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    /// The approval's call, or the input request.
+    pub call_id: CallId,
+    /// Whether it is a form (an input request) rather than an approval.
+    pub form: bool,
+    /// The status message that asked it, to ask it again.
+    text: String,
+    data: Value,
 }
 
 impl TaskEntry {
@@ -131,9 +143,18 @@ impl TaskEntry {
         self.data().state
     }
 
-    /// The call waiting for the client's answer, if the task needs input.
-    pub(crate) fn pending(&self) -> Option<CallId> {
+    /// The question waiting for the client's answer, if the task needs input.
+    pub(crate) fn pending(&self) -> Option<Pending> {
         self.data().pending.clone()
+    }
+
+    /// The client's answer did not do: the task asks its question again.
+    pub(crate) fn ask_again(&self, pending: &Pending) {
+        self.set_status(
+            TaskState::InputRequired,
+            Some(&pending.text),
+            Some(pending.data.clone()),
+        );
     }
 
     /// The task as the protocol shows it, with at most `history` messages of its history.
@@ -247,12 +268,43 @@ pub(crate) async fn follow(tasks: Arc<Tasks>, task: Arc<TaskEntry>, mut events: 
                 );
                 let data =
                     json!({ "approval": { "callId": call_id.as_str(), "tool": name, "arguments": input } });
-                task.data().pending = Some(call_id);
+                task.data().pending = Some(Pending {
+                    call_id,
+                    form: false,
+                    text: text.clone(),
+                    data: data.clone(),
+                });
                 task.set_status(TaskState::InputRequired, Some(&text), Some(data));
+            }
+            AgentEvent::InputRequested {
+                call_id,
+                name,
+                message,
+                schema,
+                ..
+            } => {
+                let text = format!(
+                    "{name} asks: {message} Answer with a data part holding the form's values (its schema is in \
+                     this message's data), or \"decline\" or \"cancel\"."
+                );
+                let data = json!({ "input": { "callId": call_id.as_str(), "schema": schema } });
+                task.data().pending = Some(Pending {
+                    call_id,
+                    form: true,
+                    text: text.clone(),
+                    data: data.clone(),
+                });
+                task.set_status(TaskState::InputRequired, Some(&text), Some(data));
+            }
+            AgentEvent::InputAnswered { call_id, .. } => {
+                let mut data = task.data();
+                if data.pending.as_ref().is_some_and(|p| p.call_id == call_id) {
+                    data.pending = None;
+                }
             }
             AgentEvent::ApprovalResolved { call_id, .. } | AgentEvent::ApprovalWithdrawn { call_id, .. } => {
                 let mut data = task.data();
-                if data.pending.as_ref() == Some(&call_id) {
+                if data.pending.as_ref().is_some_and(|p| p.call_id == call_id) {
                     data.pending = None;
                 }
             }

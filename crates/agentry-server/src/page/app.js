@@ -13,6 +13,9 @@ const state = {
   lastEventId: 0,
   stream: null,       // AbortController of the event stream
   replying: false,
+  // Input requests waiting, and the one shown.
+  inputs: [],
+  inputAsked: null,
   cards: new Map(),   // call id -> card element
   bubbles: new Map(), // message id -> bubble element
   asking: [],         // approval requests waiting for the user, in order
@@ -268,9 +271,17 @@ function handle(event) {
         ask(event);
       }
       break;
+    case "input_requested":
+      state.inputs.push(event);
+      showNextInput();
+      break;
+    case "input_answered":
+      settleInput(event.call_id);
+      break;
     case "approval_resolved":
     case "approval_withdrawn":
       settle(event.call_id);
+      settleInput(event.call_id);
       if (event.type === "approval_resolved" && event.decision.decision.startsWith("approve")) {
         setCardState(card(event.call_id), "running");
       }
@@ -335,7 +346,7 @@ function ask(request) {
 
 function showNextQuestion() {
   const dialog = $("approval");
-  if (state.asked || state.asking.length === 0) return;
+  if (state.asked || state.asking.length === 0 || $("input").open) return;
   const next = state.asking[0];
   state.asked = next.call_id;
   const request = next.request || {};
@@ -359,6 +370,121 @@ function settle(callId) {
 function closeDialog() {
   state.asked = null;
   if ($("approval").open) $("approval").close();
+  showNextInput();
+}
+
+// ---- input requests (a form an MCP server asks for) ----
+
+// The choices of an enum schema: [value, label] pairs, from `enum` (+ `enumNames`) or
+// `oneOf`/`anyOf` of {const, title}.
+function choicesOf(schema) {
+  if (!schema) return null;
+  if (Array.isArray(schema.enum)) {
+    return schema.enum.map((v, i) => [String(v), String((schema.enumNames || [])[i] || v)]);
+  }
+  const options = schema.oneOf || schema.anyOf;
+  if (Array.isArray(options)) return options.map((o) => [String(o.const), String(o.title || o.const)]);
+  return null;
+}
+
+function field(name, schema, required) {
+  const label = el("label", "field");
+  const title = (schema.title || name) + (required ? " *" : "");
+  label.append(el("span", "title", title));
+  if (schema.description) label.append(el("span", "hint", schema.description));
+  let control;
+  const multi = schema.type === "array";
+  const choices = multi ? choicesOf(schema.items) : choicesOf(schema);
+  if (schema.type === "boolean") {
+    control = el("input");
+    control.type = "checkbox";
+    control.checked = schema.default === true;
+  } else if (choices) {
+    control = el("select");
+    control.multiple = multi;
+    for (const [value, text] of choices) {
+      const option = el("option", null, text);
+      option.value = value;
+      const chosen = multi ? (schema.default || []).includes(value) : schema.default === value;
+      option.selected = chosen;
+      control.append(option);
+    }
+  } else {
+    control = el("input");
+    control.type = schema.type === "integer" || schema.type === "number" ? "number" : "text";
+    if (schema.type === "number") control.step = "any";
+    if (schema.default !== undefined) control.value = String(schema.default);
+  }
+  control.dataset.name = name;
+  control.dataset.kind = multi ? "array" : schema.type || "string";
+  control.dataset.required = required ? "1" : "";
+  label.append(control);
+  return label;
+}
+
+function showNextInput() {
+  const dialog = $("input");
+  if (state.inputAsked || state.inputs.length === 0 || $("approval").open) return;
+  const next = state.inputs[0];
+  state.inputAsked = next.call_id;
+  $("input-title").textContent = `${next.name} asks`;
+  $("input-message").textContent = next.message || "";
+  $("input-error").hidden = true;
+  const fields = $("input-fields");
+  fields.replaceChildren();
+  const schema = next.schema || {};
+  const required = schema.required || [];
+  for (const [name, property] of Object.entries(schema.properties || {})) {
+    fields.append(field(name, property || {}, required.includes(name)));
+  }
+  if (!dialog.open) dialog.showModal();
+}
+
+function settleInput(callId) {
+  state.inputs = state.inputs.filter((r) => r.call_id !== callId);
+  if (state.inputAsked === callId) {
+    state.inputAsked = null;
+    if ($("input").open) $("input").close();
+    showNextInput();
+    showNextQuestion();
+  }
+}
+
+function formValues() {
+  const content = {};
+  for (const control of $("input-fields").querySelectorAll("[data-name]")) {
+    const name = control.dataset.name;
+    switch (control.dataset.kind) {
+      case "boolean":
+        content[name] = control.checked;
+        break;
+      case "array":
+        content[name] = Array.from(control.selectedOptions).map((o) => o.value);
+        break;
+      case "integer":
+      case "number":
+        if (control.value !== "") content[name] = Number(control.value);
+        break;
+      default:
+        // Left empty, it is left out: a required field then fails the form's check.
+        if (control.value !== "") content[name] = control.value;
+    }
+  }
+  return content;
+}
+
+async function answerInput(action) {
+  const callId = state.inputAsked;
+  if (!callId) return;
+  const body = action === "accept" ? { action, content: formValues() } : { action };
+  try {
+    await api("POST", `/v1/sessions/${encodeURIComponent(state.session)}/inputs/${encodeURIComponent(callId)}`, body);
+    settleInput(callId);
+  } catch (e) {
+    // The form did not fit: it stays open, with why.
+    $("input-error").textContent = e.message;
+    $("input-error").hidden = false;
+  }
 }
 
 async function decide(decision) {
@@ -434,6 +560,9 @@ document.addEventListener("DOMContentLoaded", () => {
       status(err.message);
     }
   });
+  for (const button of document.querySelectorAll("#input [data-input]")) {
+    button.addEventListener("click", () => answerInput(button.dataset.input));
+  }
   for (const button of document.querySelectorAll("#approval [data-decision]")) {
     button.addEventListener("click", () => decide(button.dataset.decision));
   }

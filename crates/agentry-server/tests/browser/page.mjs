@@ -95,6 +95,23 @@ try {
   check(before.length > 0, "history before");
   await page.screenshot({ path: shots + "/after-reload.png" });
 
+  // A form a tool asks for (as an MCP server's elicitation): one that does not fit is refused
+  // and stays open; the filled one is the tool's answer.
+  await page.fill("#prompt", "sign me up");
+  await page.press("#prompt", "Enter");
+  await page.waitForSelector("#input[open]", WAIT);
+  check((await page.textContent("#input-title")).includes("club: input asks"), "the form names who asks");
+  await page.click("#input [data-input=accept]");
+  await page.waitForSelector("#input-error:not([hidden])", WAIT);
+  await page.fill("#input [data-name=name]", "Ada");
+  await page.check("#input [data-name=news]");
+  await page.selectOption("#input [data-name=level]", "high");
+  await page.screenshot({ path: shots + "/input-form.png" });
+  await page.click("#input [data-input=accept]");
+  await page.waitForSelector(".card.completed .result >> text=signed up", WAIT);
+  check(!(await page.locator("#input").evaluate((d) => d.open)), "the form closed once answered");
+  await page.waitForSelector(".msg.assistant >> text=Signed up.", WAIT);
+
   check(scripts.length === 0, "no dialog, script or page error: " + scripts.join("; "));
   console.log("ok");
 } finally {

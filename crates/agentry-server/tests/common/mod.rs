@@ -34,6 +34,32 @@ pub fn toolkit() -> Toolkit {
             ToolOptions::new().require_approval(true),
         )
         .unwrap();
+    // Asks the user a form, as an MCP server's elicitation does.
+    toolkit
+        .register(FunctionTool::new(
+            "sign_up",
+            "Signs the user up.",
+            params.clone(),
+            |_, ctx| {
+                once(async move {
+                    let question = agentry::tool::InputQuestion {
+                        id: "form".into(),
+                        name: "club: input".into(),
+                        message: "Your details, please".into(),
+                        schema: json!({"type": "object", "required": ["name"], "properties": {
+                            "name": {"type": "string", "title": "Name"},
+                            "news": {"type": "boolean", "title": "Newsletter", "default": false},
+                            "level": {"type": "string", "enum": ["low", "high"], "default": "low"}
+                        }}),
+                    };
+                    match ctx.ask_input(question).await {
+                        agentry::agent::InputAnswer::Accept(content) => format!("signed up: {content}"),
+                        other => format!("not signed up: {other:?}"),
+                    }
+                })
+            },
+        ))
+        .unwrap();
     toolkit
         .register(FunctionTool::new("pages", "Reads pages.", params, |_, ctx| {
             once(async move {

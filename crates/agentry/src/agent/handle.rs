@@ -58,7 +58,10 @@ fn check_input(schema: &Value, content: &Value) -> Result<(), InputError> {
         .map_err(|e| InputError::Invalid(format!("the form's schema is not valid: {e}")))?;
     let errors: Vec<String> = validator
         .iter_errors(content)
-        .map(|e| format!("{}: {e}", e.instance_path()))
+        .map(|e| match e.instance_path().to_string() {
+            path if path.is_empty() => e.to_string(),
+            path => format!("{path}: {e}"),
+        })
         .collect();
     match errors.is_empty() {
         true => Ok(()),
