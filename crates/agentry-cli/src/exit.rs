@@ -43,3 +43,15 @@ pub const SETUP_HINT: &str = "hint: agentry talks to any OpenAI-compatible chat-
      --base-url/OPENAI_BASE_URL (e.g. http://127.0.0.1:8080/v1 for llama.cpp's llama-server, \
      http://127.0.0.1:11434/v1 for Ollama), name the model with --model/AGENTRY_MODEL, and set OPENAI_API_KEY if \
      the server needs one.";
+
+/// Success, or the error printed and exit code 2 (a configuration problem): the end of a
+/// command that serves until stopped.
+pub fn config_exit(outcome: anyhow::Result<()>) -> std::process::ExitCode {
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", sanitize::multiline(&format!("{e:#}")));
+            std::process::ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}

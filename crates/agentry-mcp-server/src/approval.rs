@@ -7,7 +7,7 @@ use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, Elicitat
 use rmcp::service::{ElicitationMode, Peer};
 use serde_json::{Value, json};
 
-use crate::progress::cut;
+use agentry::message::truncate_chars as cut;
 
 /// Longest arguments text shown in an approval question.
 const ARGUMENTS_CHARS: usize = 1_000;

@@ -1,5 +1,6 @@
 //! Progress notifications of one call, to a client that asked for them with a progress token.
 
+use agentry::message::truncate_chars;
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
@@ -34,28 +35,9 @@ impl Progress {
         };
         self.sent += 1;
         let param = ProgressNotificationParam::new(token.clone(), f64::from(self.sent))
-            .with_message(cut(message, MESSAGE_CHARS));
+            .with_message(truncate_chars(message, MESSAGE_CHARS));
         if let Err(e) = peer.notify_progress(param).await {
             tracing::debug!(error = %e, "a progress notification was not sent");
         }
-    }
-}
-
-/// `text` cut to at most `chars` characters, with an ellipsis when cut.
-pub(crate) fn cut(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cut;
-
-    #[test]
-    fn long_texts_are_cut_on_a_character_boundary() {
-        assert_eq!(cut("héllo", 2), "hé…");
-        assert_eq!(cut("héllo", 5), "héllo");
     }
 }

@@ -15,8 +15,9 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
 use crate::approval::Approver;
-use crate::progress::{Progress, cut};
+use crate::progress::Progress;
 use crate::server::Inner;
+use agentry::message::truncate_chars as cut;
 
 /// Longest tool result text in a progress message.
 const RESULT_CHARS: usize = 500;

@@ -9,11 +9,9 @@ use agentry_mcp_server::{AgentMcpServer, HttpOptions, MCP_PATH};
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use crate::exit::EXIT_CONFIG;
 use crate::setup::args::AgentArgs;
 use crate::setup::plan::AgentPlan;
 use crate::setup::{DEFAULT_AGENT_NAME, Recipe, recipe};
-use crate::terminal::sanitize;
 
 /// The environment variable holding the bearer token, when no --token-file is given (the same
 /// as `serve`'s).
@@ -55,13 +53,7 @@ pub struct McpServeArgs {
 
 /// Runs `agentry mcp serve`.
 pub async fn mcp_serve(args: McpServeArgs) -> ExitCode {
-    match serve_until_closed(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", sanitize::multiline(&format!("{e:#}")));
-            ExitCode::from(EXIT_CONFIG)
-        }
-    }
+    crate::exit::config_exit(serve_until_closed(args).await)
 }
 
 async fn serve_until_closed(args: McpServeArgs) -> anyhow::Result<()> {

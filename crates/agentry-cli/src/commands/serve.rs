@@ -10,11 +10,9 @@ use agentry_store::SessionStore;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::exit::EXIT_CONFIG;
 use crate::setup::args::AgentArgs;
 use crate::setup::plan::AgentPlan;
 use crate::setup::{Recipe, recipe};
-use crate::terminal::sanitize;
 
 /// The environment variable holding the bearer token, when no --token-file is given.
 const TOKEN_ENV: &str = "AGENTRY_SERVER_TOKEN";
@@ -91,13 +89,7 @@ pub async fn stop_signal() {
 }
 
 pub async fn serve(args: ServeArgs) -> ExitCode {
-    match serve_until_stopped(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", sanitize::multiline(&format!("{e:#}")));
-            ExitCode::from(EXIT_CONFIG)
-        }
-    }
+    crate::exit::config_exit(serve_until_stopped(args).await)
 }
 
 async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {

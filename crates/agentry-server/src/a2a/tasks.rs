@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agentry::CallId;
 use agentry::agent::{AgentEvent, EventStream, ReplySoFar, StopReason};
-use agentry::message::Role;
+use agentry::message::{Role, truncate_chars};
 use agentry_store::SessionId;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
@@ -248,7 +248,11 @@ pub(crate) async fn follow(tasks: Arc<Tasks>, task: Arc<TaskEntry>, mut events: 
             }
             AgentEvent::Message { msg, last: true } if msg.role != Role::Assistant => {
                 for result in msg.tool_results() {
-                    let text = format!("{}: {}", result.name, cut(&result.text(), RESULT_CHARS));
+                    let text = format!(
+                        "{}: {}",
+                        result.name,
+                        truncate_chars(&result.text(), RESULT_CHARS)
+                    );
                     task.set_status(TaskState::Working, Some(&text), None);
                 }
             }
@@ -264,7 +268,7 @@ pub(crate) async fn follow(tasks: Arc<Tasks>, task: Arc<TaskEntry>, mut events: 
                     "{} The agent `{agent}` asks to run `{name}` with {}. Answer \"yes\" to allow it or \"no\" \
                      to decline (a reason may follow).",
                     request.message,
-                    cut(&input.to_string(), 1_000)
+                    truncate_chars(&input.to_string(), 1_000)
                 );
                 let data =
                     json!({ "approval": { "callId": call_id.as_str(), "tool": name, "arguments": input } });
@@ -335,13 +339,5 @@ fn finish(task: &TaskEntry, stop_reason: &StopReason, so_far: &ReplySoFar, agent
             task.add_artifact(&answer);
             task.set_status(TaskState::Completed, Some(&answer), None);
         }
-    }
-}
-
-/// `text` cut to at most `chars` characters, with an ellipsis when cut.
-fn cut(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
     }
 }

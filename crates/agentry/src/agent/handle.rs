@@ -263,13 +263,9 @@ impl ActiveReply {
         question: NestedApproval,
     ) -> oneshot::Receiver<ApprovalDecision> {
         let (answer, answered) = oneshot::channel();
-        let running = self
-            .call(asker)
-            .is_some_and(|record| record.terminal().is_none() && !record.token.is_cancelled());
-        if !running {
+        let Some(id) = self.question_id(asker, &question.id) else {
             return answered;
-        }
-        let id = CallId::new(format!("{asker}.{}", question.id));
+        };
         self.state()
             .questions
             .insert(id.clone(), (asker.clone(), Pending::Approval(answer)));
@@ -285,6 +281,15 @@ impl ActiveReply {
             },
         );
         answered
+    }
+
+    /// The id of question `question` of call `asker`, while that call runs (`None` once it
+    /// ended or was cancelled: nobody asks then).
+    fn question_id(&self, asker: &CallId, question: &str) -> Option<CallId> {
+        let running = self
+            .call(asker)
+            .is_some_and(|record| record.terminal().is_none() && !record.token.is_cancelled());
+        running.then(|| CallId::new(format!("{asker}.{question}")))
     }
 
     /// Answers approval question `id`, if it is one; the first answer wins (A16). An input
@@ -335,13 +340,9 @@ impl ActiveReply {
         question: InputQuestion,
     ) -> oneshot::Receiver<InputAnswer> {
         let (answer, answered) = oneshot::channel();
-        let running = self
-            .call(asker)
-            .is_some_and(|record| record.terminal().is_none() && !record.token.is_cancelled());
-        if !running {
+        let Some(id) = self.question_id(asker, &question.id) else {
             return answered;
-        }
-        let id = CallId::new(format!("{asker}.{}", question.id));
+        };
         let pending = Pending::Input {
             answer,
             schema: question.schema.clone(),

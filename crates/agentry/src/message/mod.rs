@@ -55,6 +55,20 @@ pub struct Msg {
     pub timestamp: DateTime<Utc>,
 }
 
+/// `text` cut to at most `chars` characters (not bytes), with an ellipsis when cut: for status
+/// lines and progress messages that show the start of a long text.
+///
+/// ```
+/// assert_eq!(agentry::message::truncate_chars("héllo", 2), "hé…");
+/// assert_eq!(agentry::message::truncate_chars("héllo", 5), "héllo");
+/// ```
+pub fn truncate_chars(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 /// A fresh unique id for messages and tool calls: 32 hex digits, a random per-process half and
 /// a counter half (one `getrandom` per process rather than per id, which profiles showed).
 pub fn new_id() -> String {

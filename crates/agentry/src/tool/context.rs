@@ -86,6 +86,7 @@ pub struct ToolContext {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     record: Arc<CallRecord>,
     progress: Option<ProgressFn>,
@@ -130,35 +131,19 @@ impl ToolContext {
     /// This context with the agent's `extensions` (for a call run outside an agent that needs
     /// them, such as a plan tool in a test).
     pub fn with_extensions(self, extensions: Extensions) -> Self {
-        let inner = &self.inner;
+        let mut inner = (*self.inner).clone();
+        inner.extensions = extensions;
         ToolContext {
-            inner: Arc::new(Inner {
-                record: Arc::clone(&inner.record),
-                progress: inner.progress.clone(),
-                usage: inner.usage.clone(),
-                ask: inner.ask.clone(),
-                user_action: inner.user_action,
-                cancel_grace: inner.cancel_grace,
-                on_cancel_budget: inner.on_cancel_budget,
-                extensions,
-            }),
+            inner: Arc::new(inner),
         }
     }
 
     /// This context, its nested approval questions asked through `ask`.
     pub(crate) fn with_asker(self, ask: AskFn) -> Self {
-        let inner = &self.inner;
+        let mut inner = (*self.inner).clone();
+        inner.ask = Some(ask);
         ToolContext {
-            inner: Arc::new(Inner {
-                record: Arc::clone(&inner.record),
-                progress: inner.progress.clone(),
-                usage: inner.usage.clone(),
-                ask: Some(ask),
-                user_action: inner.user_action,
-                cancel_grace: inner.cancel_grace,
-                on_cancel_budget: inner.on_cancel_budget,
-                extensions: inner.extensions.clone(),
-            }),
+            inner: Arc::new(inner),
         }
     }
 
