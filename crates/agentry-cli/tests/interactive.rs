@@ -149,14 +149,14 @@ async fn a_line_typed_before_the_question_does_not_answer_it() {
     program.stderr_has("you> ").await;
     program.type_line("work");
     program.stderr_has("⚙ calculate(").await;
-    // Typed while the reply runs, before any question: must not count as an answer. In a
-    // chat it steers the reply: the model reads it before its next request.
+    // Typed while the reply runs, before any question: must not count as an answer.
     program.type_line("y");
-    program
-        .stderr_has("typed while the reply runs: added to it")
-        .await;
+    program.stderr_has("typed while the reply runs").await;
     gate.open();
     program.stderr_has("? Write notes.txt?").await;
+    program
+        .stderr_has("ignored 1 line typed before this question")
+        .await;
     program.type_line("n");
     program.stderr_has("reason for the model").await;
     program.type_line("");
@@ -169,16 +169,6 @@ async fn a_line_typed_before_the_question_does_not_answer_it() {
         "the early \"y\" approved the write: {err}"
     );
     assert_eq!(tool_message(&fake, 2, "w"), declined_text(None));
-    let steered = fake.requests()[2].body["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(
-        (steered["role"].as_str(), steered["content"].as_str()),
-        (Some("user"), Some("y"))
-    );
     fake.assert_no_violations();
 }
 

@@ -123,3 +123,30 @@ async fn a_chat_on_a_terminal_edits_shows_live_lines_and_ctrl_c_cancels_the_runn
     assert_eq!(tty.exit_code(), 0);
     fake.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_typed_while_the_reply_runs_steers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    let answering = Gate::new();
+    fake.push(
+        Reply::text("A very long answer about every detail.")
+            .chunks(4)
+            .pause_after(2, answering.clone()),
+    );
+    fake.push(Reply::text("Short: fine."));
+    let mut tty = Tty::start(&chat_args(&fake.base_url(), dir.path()), dir.path());
+    tty.shows("you> ");
+    tty.enter("explain it");
+    answering.reached().await;
+    tty.enter("keep it short");
+    tty.shows("added to it; the agent reads it before its next step");
+    answering.open();
+    tty.shows("Short: fine.");
+    assert_eq!(fake.request_count(), 2);
+    assert_eq!(last_prompt(&fake, 1), "keep it short");
+    tty.shows("you> ");
+    tty.enter("/quit");
+    assert_eq!(tty.exit_code(), 0);
+    fake.assert_no_violations();
+}

@@ -98,7 +98,7 @@ impl ExposedTools {
                 biased;
                 () = context.ct.cancelled() => {
                     let text = on_cancel_text(&ctx).await;
-                    progress.send(&text).await;
+                    progress.send_whole(&text).await;
                     return Ok(CallToolResult::error(vec![Content::text(text)]));
                 }
                 chunk = stream.next() => match chunk {

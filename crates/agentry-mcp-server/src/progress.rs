@@ -27,15 +27,20 @@ impl Progress {
         }
     }
 
-    /// Sends `message` as the next step. A client gone away is not an error of the call: the
-    /// call still ends as it would.
+    /// Sends `message`, cut to a status line's length, as the next step. A client gone away is
+    /// not an error of the call: the call still ends as it would.
     pub(crate) async fn send(&mut self, message: &str) {
+        self.send_whole(&truncate_chars(message, MESSAGE_CHARS)).await;
+    }
+
+    /// Sends `message` whole as the next step: a cancelled call's partial result, which the
+    /// client gets no other way.
+    pub(crate) async fn send_whole(&mut self, message: &str) {
         let Some((peer, token)) = &self.target else {
             return;
         };
         self.sent += 1;
-        let param = ProgressNotificationParam::new(token.clone(), f64::from(self.sent))
-            .with_message(truncate_chars(message, MESSAGE_CHARS));
+        let param = ProgressNotificationParam::new(token.clone(), f64::from(self.sent)).with_message(message);
         if let Err(e) = peer.notify_progress(param).await {
             tracing::debug!(error = %e, "a progress notification was not sent");
         }

@@ -106,7 +106,7 @@ impl ReplyCall {
             let text = self.so_far.cancelled_text(&self.name);
             // The MCP spec gives a cancelled request no response: the partial result goes
             // where the client sees it.
-            self.progress.send(&text).await;
+            self.progress.send_whole(&text).await;
             return Ok(CallToolResult::error(vec![Content::text(text)]));
         }
         match outcome {

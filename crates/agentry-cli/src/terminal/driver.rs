@@ -393,12 +393,19 @@ impl Terminal {
         }
     }
 
-    /// A line typed while the reply runs and nothing is asked: in a chat, it steers the reply.
+    /// A line typed while the reply runs and nothing is asked: in a chat at a terminal, it
+    /// steers the reply.
     fn typed_during_reply(&mut self, run: &ReplyRun, line: String) {
         if line.trim().is_empty() {
             return;
         }
-        if self.keeps_prompts {
+        // Steering is for a person at a terminal; lines piped into a chat are its next prompts.
+        if self.keeps_prompts && !self.input.edits_prompts() {
+            self.input.keep_for_later(line);
+            self.say(&self.style.dim(
+                "(typed while the reply runs: kept as your next prompt, unless a question comes first)",
+            ));
+        } else if self.keeps_prompts {
             match run.handle().steer(agentry::message::Msg::user(line)) {
                 Ok(()) => self.say(&self.style.dim(
                     "(typed while the reply runs: added to it; the agent reads it before its next step)",

@@ -71,7 +71,7 @@ mod tests {
 
     use serde_json::{Value, json};
 
-    use crate::agent::{AgentEvent, CancelTarget, StopReason};
+    use crate::agent::{AgentEvent, CancelTarget, InputAnswer, StopReason};
     use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
     use crate::model::ChatUsage;
     use crate::tool::{
@@ -198,6 +198,18 @@ mod tests {
                     outcome: None,
                 }),
             },
+            AgentEvent::InputRequested {
+                reply_id: "r".into(),
+                call_id: "c1.form".into(),
+                name: "everything: input".into(),
+                message: "Your name?".into(),
+                schema: serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+            },
+            AgentEvent::InputAnswered {
+                reply_id: "r".into(),
+                call_id: "c1.form".into(),
+                answer: InputAnswer::Accept(serde_json::json!({"name": "Ada"})),
+            },
         ]
     }
 
@@ -207,6 +219,23 @@ mod tests {
             let json = round_trip(&event);
             assert!(json["type"].is_string(), "{json}");
         }
+    }
+
+    #[test]
+    fn input_answers_have_the_documented_shapes() {
+        let accept = round_trip(&InputAnswer::Accept(serde_json::json!({"name": "Ada"})));
+        assert_eq!(
+            accept,
+            serde_json::json!({"action": "accept", "content": {"name": "Ada"}})
+        );
+        assert_eq!(
+            round_trip(&InputAnswer::Decline),
+            serde_json::json!({"action": "decline"})
+        );
+        assert_eq!(
+            round_trip(&InputAnswer::Cancel),
+            serde_json::json!({"action": "cancel"})
+        );
     }
 
     #[test]
