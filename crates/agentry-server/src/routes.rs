@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use agentry::ReActAgent;
+use agentry::agent::InputAnswer;
 use agentry::message::Msg;
 use agentry::tool::ApprovalDecision;
 use agentry_store::SessionId;
@@ -356,14 +357,34 @@ pub async fn answer_input(
     State(state): Shared,
     Extension(caller): Extension<Caller>,
     Path((id, call_id)): Path<(String, String)>,
-    payload: Result<Json<agentry::agent::InputAnswer>, JsonRejection>,
+    payload: Result<Json<InputBodyIn>, JsonRejection>,
 ) -> Result<Json<Outcome>, ApiError> {
     let id = SessionId::new(id);
     state.check_owner(&caller, &id).await?;
-    let answer = body(payload)?;
+    let given = body(payload)?;
+    let answer = match given.action.as_str() {
+        // Accepted without values: an empty form, which the request's schema then judges.
+        "accept" => InputAnswer::Accept(given.content.unwrap_or_else(|| json!({}))),
+        "decline" => InputAnswer::Decline,
+        "cancel" => InputAnswer::Cancel,
+        _ => {
+            return Err(ApiError::bad_request(
+                "bad_action",
+                "the action is accept, decline or cancel",
+            ));
+        }
+    };
     control(&state, &id, Control::Answer { call_id, answer })
         .await
         .map(outcome)
+}
+
+/// The body of an input answer as read (see `InputBody` for the documented one).
+#[derive(serde::Deserialize)]
+pub struct InputBodyIn {
+    action: String,
+    #[serde(default)]
+    content: Option<serde_json::Value>,
 }
 
 fn stopping() -> ApiError {
