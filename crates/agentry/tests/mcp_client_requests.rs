@@ -182,6 +182,8 @@ async fn an_elicitation_form_is_asked_of_the_user_checked_against_its_schema_and
         assert_eq!(name, "everything: input");
         assert!(message.contains("Please provide inputs"), "{message}");
         assert_eq!(schema["required"], serde_json::json!(["name"]));
+        // An approval decision does not answer a form, and leaves it open.
+        assert!(handle.decide(call_id.clone(), ApprovalDecision::Approve).is_err());
         // An answer that does not fit the form is refused, and the form stays open.
         let wrong = handle.answer_input(
             call_id.clone(),

@@ -302,17 +302,20 @@ impl ActiveReply {
         decision: ApprovalDecision,
         source: DecisionSource,
     ) -> Option<Result<(), ApprovalError>> {
-        let (asker, pending) = self.state().questions.remove(id)?;
+        let pending = {
+            let mut state = self.state();
+            // An input question takes no decision; it stays open (checked under the same lock,
+            // so that an answer racing this one never finds it gone).
+            let is_input = matches!(state.questions.get(id)?, (_, Pending::Input { .. }));
+            if is_input && source != DecisionSource::NoDecision {
+                return Some(Err(ApprovalError::NotPending(id.into())));
+            }
+            state.questions.remove(id)?.1
+        };
         let answer = match pending {
             Pending::Approval(answer) => answer,
-            Pending::Input { answer, schema } => {
-                if source == DecisionSource::NoDecision {
-                    return Some(self.answer_input_now(hub, id, answer, InputAnswer::Cancel));
-                }
-                self.state()
-                    .questions
-                    .insert(id.into(), (asker, Pending::Input { answer, schema }));
-                return Some(Err(ApprovalError::NotPending(id.into())));
+            Pending::Input { answer, .. } => {
+                return Some(self.answer_input_now(hub, id, answer, InputAnswer::Cancel));
             }
         };
         if answer.send(decision.clone()).is_err() {
