@@ -4,8 +4,10 @@
 use std::pin::Pin;
 
 use agentry::CallId;
-use agentry::agent::{AgentEvent, InputAnswer, InputError, ReplyRun, ReplySoFar, ToolCallState};
-use agentry::message::{Msg, Role};
+use agentry::agent::{
+    AgentEvent, InputAnswer, InputError, ReplyRun, ReplySoFar, ToolCallState, status_lines,
+};
+use agentry::message::Msg;
 use agentry::tool::ApprovalDecision;
 use futures::stream::FuturesUnordered;
 use futures::{Future, StreamExt};
@@ -17,7 +19,6 @@ use serde_json::Value;
 use crate::approval::Approver;
 use crate::progress::Progress;
 use crate::server::Inner;
-use agentry::message::truncate_chars as cut;
 
 /// Longest tool result text in a progress message.
 const RESULT_CHARS: usize = 500;
@@ -120,17 +121,11 @@ impl ReplyCall {
 
     async fn on_event(&mut self, run: &ReplyRun, event: AgentEvent) {
         self.so_far.observe(&event);
+        for line in status_lines(&event, RESULT_CHARS) {
+            self.progress.send(&line).await;
+        }
         match event {
-            AgentEvent::ToolStarted { name, .. } => {
-                self.progress.send(&format!("calling {name}")).await;
-            }
             AgentEvent::ToolProgress { message, .. } => self.progress.send(&message).await,
-            AgentEvent::Message { msg, last: true } if msg.role != Role::Assistant => {
-                for result in msg.tool_results() {
-                    let text = format!("{}: {}", result.name, cut(&result.text(), RESULT_CHARS));
-                    self.progress.send(&text).await;
-                }
-            }
             AgentEvent::ToolFinished {
                 name,
                 state: ToolCallState::Declined { reason },

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agentry::CallId;
-use agentry::agent::{AgentEvent, EventStream, ReplySoFar, StopReason};
-use agentry::message::{Role, truncate_chars};
+use agentry::agent::{AgentEvent, EventStream, ReplySoFar, StopReason, status_lines};
+use agentry::message::truncate_chars;
 use agentry_store::SessionId;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
@@ -242,20 +242,10 @@ pub(crate) async fn follow(tasks: Arc<Tasks>, task: Arc<TaskEntry>, mut events: 
     let mut so_far = ReplySoFar::default();
     while let Some(event) = events.recv().await {
         so_far.observe(&event);
+        for line in status_lines(&event, RESULT_CHARS) {
+            task.set_status(TaskState::Working, Some(&line), None);
+        }
         match event {
-            AgentEvent::ToolStarted { name, .. } => {
-                task.set_status(TaskState::Working, Some(&format!("calling {name}")), None);
-            }
-            AgentEvent::Message { msg, last: true } if msg.role != Role::Assistant => {
-                for result in msg.tool_results() {
-                    let text = format!(
-                        "{}: {}",
-                        result.name,
-                        truncate_chars(&result.text(), RESULT_CHARS)
-                    );
-                    task.set_status(TaskState::Working, Some(&text), None);
-                }
-            }
             AgentEvent::ApprovalRequested {
                 call_id,
                 name,

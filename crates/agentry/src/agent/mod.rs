@@ -61,7 +61,7 @@ pub use finished::DEFAULT_FINISHED_CALLS;
 pub use handle::{AgentHandle, ApprovalError, InputError, SteerError};
 pub use hooks::{AgentHook, HookContext, ReplyEnd};
 pub use repeats::{REPEATS_BEFORE_SUMMARY, repeated_call_note, rerun_call_note};
-pub use so_far::ReplySoFar;
+pub use so_far::{ReplySoFar, status_lines};
 pub use structured::{FINISH_FUNCTION_NAME, Structured};
 pub use trace::{TRACE_CONTENT_ENV, clear_default_tracer, set_default_tracer};
 

@@ -2,7 +2,7 @@
 //! on when the reply is cancelled before it answers.
 
 use super::AgentEvent;
-use crate::message::Role;
+use crate::message::{Role, truncate_chars};
 
 /// What a reply has shown so far, followed from its events: the latest text of its answer and
 /// the result of each of its tool calls that finished.
@@ -78,5 +78,19 @@ impl ReplySoFar {
             text.push_str(&self.answer);
         }
         text
+    }
+}
+
+/// The status lines a front end that relays a reply shows for `event`: `"calling NAME"` when a
+/// call starts, `"NAME: RESULT"` (the result cut to `result_chars`) when calls end. The MCP
+/// server's progress and A2A's task status say the same things in the same words.
+pub fn status_lines(event: &AgentEvent, result_chars: usize) -> Vec<String> {
+    match event {
+        AgentEvent::ToolStarted { name, .. } => vec![format!("calling {name}")],
+        AgentEvent::Message { msg, last: true } if msg.role != Role::Assistant => msg
+            .tool_results()
+            .map(|r| format!("{}: {}", r.name, truncate_chars(&r.text(), result_chars)))
+            .collect(),
+        _ => Vec::new(),
     }
 }
