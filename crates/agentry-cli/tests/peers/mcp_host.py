@@ -5,7 +5,7 @@
 
 MODE is one of:
     answer    list the tools, call the reply tool, print what came back
-    cancel    call it, cancel the call once a tool is running, wait for the partial result
+    cancel    call it, cancel the call once a tool reports progress, wait for the partial result
     approve   as answer, approving every elicitation question
     decline   as answer, declining every elicitation question
 
@@ -33,7 +33,10 @@ async def drive(mode, read, write):
 
     async def on_progress(progress, total, message):
         seen["progress"].append(message)
-        if message and message.startswith("calling "):
+        # A tool runs once it reports progress of its own: "calling …" comes before its body
+        # starts (a cancel then would find nothing to hand back yet).
+        calling = [m for m in seen["progress"] if m and m.startswith("calling ")]
+        if calling and message and not message.startswith("calling "):
             tool_running.set()
 
     async def on_message(message):
