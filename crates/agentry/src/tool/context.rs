@@ -130,21 +130,16 @@ impl ToolContext {
 
     /// This context with the agent's `extensions` (for a call run outside an agent that needs
     /// them, such as a plan tool in a test).
-    pub fn with_extensions(self, extensions: Extensions) -> Self {
-        let mut inner = (*self.inner).clone();
-        inner.extensions = extensions;
-        ToolContext {
-            inner: Arc::new(inner),
-        }
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        // In place when this context is not shared yet (as when it is made), else a copy.
+        Arc::make_mut(&mut self.inner).extensions = extensions;
+        self
     }
 
     /// This context, its nested approval questions asked through `ask`.
-    pub(crate) fn with_asker(self, ask: AskFn) -> Self {
-        let mut inner = (*self.inner).clone();
-        inner.ask = Some(ask);
-        ToolContext {
-            inner: Arc::new(inner),
-        }
+    pub(crate) fn with_asker(mut self, ask: AskFn) -> Self {
+        Arc::make_mut(&mut self.inner).ask = Some(ask);
+        self
     }
 
     /// Asks the agent's user whether a call this tool makes on its own behalf may run (a
