@@ -18,6 +18,7 @@ mod conformance;
 mod mcp;
 mod mcp_cancel;
 mod mcp_client_requests;
+mod mcp_tasks;
 mod openai;
 mod permissions;
 mod plan;

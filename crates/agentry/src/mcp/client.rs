@@ -21,6 +21,8 @@ use super::config::{McpServerConfig, McpTransport, SamplingPolicy};
 use super::http::SessionAwareClient;
 use super::process::ServerProcess;
 use super::server_requests::{self, InFlight};
+use super::task_call::McpTask;
+use super::task_support::{StdoutTap, TaskSupport, TaskSupports};
 use crate::model::ChatModel;
 
 /// Lines of a server's stderr kept for error messages.
@@ -52,6 +54,8 @@ pub(crate) struct Shared {
     pub(crate) in_flight: Arc<InFlight>,
     /// The model that answers the server's sampling requests.
     sampler: Mutex<Option<Arc<dyn ChatModel>>>,
+    /// Which tools run as tasks, as the server listed them.
+    pub(crate) task_supports: Arc<TaskSupports>,
 }
 
 impl Shared {
@@ -187,6 +191,9 @@ pub struct McpToolInfo {
     /// Whether the server annotates the tool `readOnlyHint: true` (a hint from the server: such
     /// tools run without approval unless configured otherwise).
     pub read_only: bool,
+    /// Whether the server runs the tool as an MCP task (`execution.taskSupport`): agentry calls
+    /// a tool that supports tasks as one, polls it and cancels it with `tasks/cancel`.
+    pub task_support: TaskSupport,
 }
 
 impl From<&RmcpTool> for McpToolInfo {
@@ -205,6 +212,7 @@ impl From<&RmcpTool> for McpToolInfo {
                 .as_ref()
                 .and_then(|a| a.read_only_hint)
                 .unwrap_or(false),
+            task_support: TaskSupport::default(),
         }
     }
 }
@@ -416,11 +424,12 @@ impl McpClient {
                     .map_err(|e| self.start_error(format!("cannot run {:?}: {e}", config.describe())))?;
                 stderr_done = started.stderr.map(|stderr| self.drain_stderr(stderr));
                 process = Some(started.process);
-                tokio::time::timeout_at(deadline, handler.serve((started.stdout, started.stdin))).await
+                let stdout = StdoutTap::new(started.stdout, Arc::clone(&self.inner.shared.task_supports));
+                tokio::time::timeout_at(deadline, handler.serve((stdout, started.stdin))).await
             }
             McpTransport::Http { url, headers } => {
                 crate::install_crypto_provider();
-                let http = SessionAwareClient::new()
+                let http = SessionAwareClient::new(Arc::clone(&self.inner.shared.task_supports))
                     .map_err(|e| self.start_error(format!("cannot build the HTTP client: {e}")))?;
                 let transport = StreamableHttpClientTransport::with_client(
                     http,
@@ -582,7 +591,12 @@ impl McpClient {
                 .list_tools(params)
                 .await
                 .map_err(|e| format!("tools/list failed: {}", super::tidy(&e.to_string())))?;
-            tools.extend(page.tools.iter().map(McpToolInfo::from));
+            let supports = &self.inner.shared.task_supports;
+            tools.extend(page.tools.iter().map(|tool| {
+                let mut info = McpToolInfo::from(tool);
+                info.task_support = supports.get(&info.name);
+                info
+            }));
             if tools.len() > MAX_TOOLS {
                 return Err(format!(
                     "the server lists more than {MAX_TOOLS} tools; agentry does not use that many"
@@ -596,6 +610,18 @@ impl McpClient {
         Err(format!(
             "the server's tool list did not end after {MAX_TOOL_PAGES} pages (it keeps sending a nextCursor)"
         ))
+    }
+
+    /// The tasks the server keeps for this client's session (`tasks/list`), with their status:
+    /// what the calls agentry ran as tasks became.
+    pub async fn tasks(&self) -> Result<Vec<McpTask>, McpError> {
+        let peer = self.peer().await?;
+        super::task_call::list_tasks(&peer)
+            .await
+            .map_err(|reason| McpError::Protocol {
+                server: self.name().to_owned(),
+                reason: format!("tasks/list failed: {reason}"),
+            })
     }
 
     /// Checks the session answers.

@@ -11,22 +11,25 @@ use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use sse_stream::{Error as SseError, Sse};
 
-/// `reqwest::Client` that also recognizes a `400` lost-session answer.
+use super::task_support::{RawTarget, TaskSupports, raw_request};
+
+/// `reqwest::Client` that also recognizes a `400` lost-session answer, and reads the tools' task
+/// support from the raw `tools/list` answer.
 #[derive(Clone)]
-pub(crate) struct SessionAwareClient(reqwest::Client);
+pub(crate) struct SessionAwareClient(reqwest::Client, Arc<TaskSupports>);
 
 type Result<T> = std::result::Result<T, StreamableHttpError<reqwest::Error>>;
 
 impl SessionAwareClient {
     /// A client like rmcp's own: no idle pooling (avoids delayed-ACK stalls on reuse), redirects
     /// only within the same origin, so custom headers never leave for another host.
-    pub(crate) fn new() -> std::result::Result<Self, reqwest::Error> {
+    pub(crate) fn new(supports: Arc<TaskSupports>) -> std::result::Result<Self, reqwest::Error> {
         let redirect = reqwest::redirect::Policy::custom(|attempt| {
             let same_origin = attempt
                 .previous()
@@ -42,8 +45,37 @@ impl SessionAwareClient {
             .pool_max_idle_per_host(0)
             .redirect(redirect)
             .build()
-            .map(SessionAwareClient)
+            .map(|client| SessionAwareClient(client, supports))
     }
+
+    /// Asks a `tools/list` page again without rmcp, to read what rmcp's types drop.
+    async fn read_task_support(
+        &self,
+        uri: &str,
+        message: &ClientJsonRpcMessage,
+        session_id: Option<&str>,
+        auth_header: Option<&str>,
+        headers: &HashMap<HeaderName, HeaderValue>,
+    ) {
+        let Ok(mut raw) = serde_json::to_value(message) else {
+            return;
+        };
+        raw["id"] = serde_json::Value::String("agentry-task-support".into());
+        let target = RawTarget {
+            uri,
+            session_id,
+            auth_header,
+            headers,
+        };
+        match raw_request(&self.0, &target, &raw).await {
+            Ok(answer) => self.1.record(&answer),
+            Err(e) => tracing::debug!(error = %e, "could not read the tools' task support"),
+        }
+    }
+}
+
+fn lists_tools(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, JsonRpcMessage::Request(request) if matches!(request.request, ClientRequest::ListToolsRequest(_)))
 }
 
 /// A JSON-RPC error with no id, about the session, to a request that carried a session id.
@@ -97,10 +129,29 @@ impl StreamableHttpClient for SessionAwareClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse> {
         let had_session = session_id.is_some();
+        let listing = lists_tools(&message).then(|| message.clone());
         let response = self
             .0
-            .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
+            .post_message_with_response_limits(
+                Arc::clone(&uri),
+                message,
+                session_id.clone(),
+                auth_header.clone(),
+                custom_headers.clone(),
+                limits,
+            )
             .await;
+        let answered = response.is_ok();
+        if let Some(listing) = listing.filter(|_| answered) {
+            self.read_task_support(
+                &uri,
+                &listing,
+                session_id.as_deref(),
+                auth_header.as_deref(),
+                &custom_headers,
+            )
+            .await;
+        }
         expired_if_lost(response, had_session)
     }
 

@@ -366,6 +366,7 @@ mod tests {
             description: String::new(),
             input_schema: serde_json::json!({"type": "object"}),
             read_only,
+            task_support: Default::default(),
         }
     }
 

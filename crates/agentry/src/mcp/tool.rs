@@ -44,7 +44,7 @@ impl Tool for McpTool {
     }
 }
 
-type Chunks = mpsc::UnboundedSender<Result<ToolResponse, ToolError>>;
+pub(super) type Chunks = mpsc::UnboundedSender<Result<ToolResponse, ToolError>>;
 
 /// Why a call stopped, in the words `notifications/cancelled` carries (M1).
 fn cancel_reason(ctx: &ToolContext) -> &'static str {
@@ -58,11 +58,14 @@ fn cancel_reason(ctx: &ToolContext) -> &'static str {
 }
 
 impl McpTool {
-    fn server(&self) -> &str {
+    pub(super) fn server(&self) -> &str {
         self.client.name()
     }
 
     async fn run(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext, tx: Chunks) {
+        if self.info.task_support.as_task() {
+            return self.run_as_task(&args, &ctx, &tx).await;
+        }
         // Retry once when an HTTP server lost our session (some answer 400, not 404).
         if let Err(Retry::SessionLost) = self.attempt(&args, &ctx, &tx).await {
             tracing::warn!(mcp = %self.server(), "the MCP session is gone; starting a new one");

@@ -1,0 +1,398 @@
+//! A tool call run as an MCP task (spec 2025-11-25, "Tasks"): `tools/call` with a `task`
+//! parameter answers at once with the task; `tasks/result` waits for the tool's result (and
+//! carries what the server asks meanwhile, an elicitation say); `tasks/get` is polled at the
+//! server's `pollInterval` for the status message, shown as progress; a cancel sends
+//! `tasks/cancel`.
+//!
+//! rmcp 3.11 speaks a later draft of tasks (results flattened, `resultType: "task"`), so these
+//! requests go out as custom requests and their answers are read as plain JSON.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{CallToolResult, ClientRequest, CustomRequest, ServerResult};
+use rmcp::{Peer, RoleClient, ServiceError};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::tool::{Chunks, McpTool, map_result};
+use crate::tool::{ToolError, ToolResponse};
+
+/// How long a task's result is kept by the server after it ends, asked for at creation: long
+/// enough to find it again after a restart.
+pub(crate) const TASK_TTL_MS: u64 = 60 * 60 * 1000;
+/// The bounds on the server's suggested poll interval.
+const POLL_MIN: Duration = Duration::from_millis(100);
+const POLL_MAX: Duration = Duration::from_secs(5);
+/// How long a cancelled call still waits for the task it asked for, to cancel it.
+const CREATE_WAIT_AFTER_CANCEL: Duration = Duration::from_secs(10);
+
+/// An MCP task as the server reports it (`tools/call`, `tasks/get`, `tasks/list`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct McpTask {
+    /// The server's id for it.
+    pub task_id: String,
+    /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// What it is doing, in the server's words.
+    #[serde(default)]
+    pub status_message: Option<String>,
+    /// How often the server suggests to poll it, in milliseconds.
+    #[serde(default)]
+    pub poll_interval: Option<u64>,
+}
+
+impl McpTask {
+    /// Whether it ended (completed, failed or cancelled).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
+    }
+
+    fn poll_every(&self) -> Duration {
+        Duration::from_millis(self.poll_interval.unwrap_or(1000)).clamp(POLL_MIN, POLL_MAX)
+    }
+}
+
+fn custom(method: &str, params: Value) -> ClientRequest {
+    ClientRequest::CustomRequest(CustomRequest::new(method, Some(params)))
+}
+
+fn raw(result: ServerResult) -> Value {
+    match result {
+        ServerResult::CustomResult(custom) => custom.0,
+        other => serde_json::to_value(other).unwrap_or(Value::Null),
+    }
+}
+
+/// `tasks/get`: the task's state now.
+pub(crate) async fn get_task(peer: &Peer<RoleClient>, task_id: &str) -> Result<McpTask, String> {
+    let answer = peer
+        .send_request(custom("tasks/get", json!({ "taskId": task_id })))
+        .await
+        .map_err(|e| super::tidy(&e.to_string()))?;
+    serde_json::from_value(raw(answer)).map_err(|e| format!("a task state that cannot be read: {e}"))
+}
+
+/// `tasks/list`: the tasks the server keeps for this session, every page.
+pub(crate) async fn list_tasks(peer: &Peer<RoleClient>) -> Result<Vec<McpTask>, String> {
+    let mut tasks = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..super::client::MAX_TOOL_PAGES {
+        let params = match &cursor {
+            Some(cursor) => json!({ "cursor": cursor }),
+            None => json!({}),
+        };
+        let mut page = raw(peer
+            .send_request(custom("tasks/list", params))
+            .await
+            .map_err(|e| super::tidy(&e.to_string()))?);
+        let listed: Vec<McpTask> =
+            serde_json::from_value(page.get_mut("tasks").map(Value::take).unwrap_or_default())
+                .map_err(|e| format!("a task list that cannot be read: {e}"))?;
+        tasks.extend(listed);
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return Ok(tasks),
+        }
+    }
+    Err("the server's task list did not end".into())
+}
+
+/// Sends `tasks/cancel` once, as soon as the task's id is known: from `on_cancel` (off the
+/// tool's task, so it spawns on the runtime it was made on) or from the call itself.
+pub(crate) struct TaskCancel {
+    runtime: tokio::runtime::Handle,
+    peer: Peer<RoleClient>,
+    state: Mutex<CancelState>,
+}
+
+#[derive(Default)]
+struct CancelState {
+    task_id: Option<String>,
+    wanted: bool,
+    sent: bool,
+}
+
+impl TaskCancel {
+    pub(crate) fn new(peer: Peer<RoleClient>) -> Arc<TaskCancel> {
+        Arc::new(TaskCancel {
+            runtime: tokio::runtime::Handle::current(),
+            peer,
+            state: Mutex::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CancelState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The task exists: cancelled at once if the call was cancelled before.
+    pub(crate) fn created(&self, task_id: &str) {
+        let mut state = self.lock();
+        state.task_id = Some(task_id.to_owned());
+        self.send_if_due(&mut state);
+    }
+
+    /// The call is cancelled: the task is, now or once it exists.
+    pub(crate) fn cancel(&self) {
+        let mut state = self.lock();
+        state.wanted = true;
+        self.send_if_due(&mut state);
+    }
+
+    fn send_if_due(&self, state: &mut CancelState) {
+        let Some(task_id) = state.task_id.clone().filter(|_| state.wanted && !state.sent) else {
+            return;
+        };
+        state.sent = true;
+        let peer = self.peer.clone();
+        self.runtime.spawn(async move {
+            if let Err(e) = peer
+                .send_request(custom("tasks/cancel", json!({ "taskId": task_id })))
+                .await
+            {
+                tracing::warn!(task = %task_id, error = %e, "tasks/cancel failed");
+            }
+        });
+    }
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl McpTool {
+    /// Runs the call as a task, start to result.
+    pub(super) async fn run_as_task(
+        &self,
+        args: &Map<String, Value>,
+        ctx: &crate::tool::ToolContext,
+        tx: &Chunks,
+    ) {
+        let peer = match self.client.peer().await {
+            Ok(peer) => peer,
+            Err(e) => {
+                let _ = tx.send(Err(ToolError::msg(format!("The call was not sent: {e}"))));
+                return;
+            }
+        };
+        if ctx.is_cancelled() {
+            return;
+        }
+        let cancel = TaskCancel::new(peer.clone());
+        {
+            let cancel = Arc::clone(&cancel);
+            ctx.set_bounded_on_cancel(move || {
+                cancel.cancel();
+                None
+            });
+        }
+        // What the server asks while the task runs is asked through this call.
+        let _in_flight = self.client.in_flight(ctx.clone());
+        let Some(task) = self.create(&peer, args, ctx, tx, &cancel).await else {
+            return;
+        };
+        cancel.created(&task.task_id);
+        self.follow(&peer, task, ctx, tx, &cancel).await;
+    }
+
+    /// `tools/call` with the `task` parameter: the task, or `None` when the call ended here.
+    async fn create(
+        &self,
+        peer: &Peer<RoleClient>,
+        args: &Map<String, Value>,
+        ctx: &crate::tool::ToolContext,
+        tx: &Chunks,
+        cancel: &TaskCancel,
+    ) -> Option<McpTask> {
+        let params = json!({
+            "name": self.info.name,
+            "arguments": args,
+            "task": { "ttl": TASK_TTL_MS },
+        });
+        let request = peer.send_request(custom("tools/call", params));
+        tokio::pin!(request);
+        let answer = tokio::select! {
+            answer = &mut request => answer,
+            () = ctx.cancelled() => {
+                cancel.cancel();
+                // Wait a little for the task, only to cancel it.
+                match tokio::time::timeout(CREATE_WAIT_AFTER_CANCEL, request).await {
+                    Ok(Ok(answer)) => {
+                        if let Some(task) = created_task(answer) {
+                            cancel.created(&task.task_id);
+                        }
+                    }
+                    _ => tracing::warn!(tool = %self.info.name, "a task cancelled while it was created may go on"),
+                }
+                return None;
+            }
+        };
+        let failure = match answer {
+            Ok(answer) => match created_task(answer.clone()) {
+                Some(task) => return Some(task),
+                // A server may answer a task request with the result itself.
+                None => match plain_result(answer) {
+                    Some(result) => {
+                        let _ = tx.send(Ok(map_result(result)));
+                        return None;
+                    }
+                    None => format!(
+                        "the MCP server \"{}\" answered a task request with neither a task nor a result",
+                        self.server()
+                    ),
+                },
+            },
+            Err(ServiceError::McpError(error)) => format!(
+                "the MCP server \"{}\" refused the call: {} (JSON-RPC error {})",
+                self.server(),
+                error.message,
+                error.code.0
+            ),
+            Err(e) => format!(
+                "the MCP server \"{}\" did not take the call: {}",
+                self.server(),
+                super::tidy(&e.to_string())
+            ),
+        };
+        let _ = tx.send(Err(ToolError::msg(failure)));
+        None
+    }
+
+    /// Polls the task for its status while `tasks/result` waits for its result.
+    async fn follow(
+        &self,
+        peer: &Peer<RoleClient>,
+        task: McpTask,
+        ctx: &crate::tool::ToolContext,
+        tx: &Chunks,
+        cancel: &TaskCancel,
+    ) {
+        let (status_tx, mut statuses) = mpsc::unbounded_channel();
+        let _poller = AbortOnDrop(tokio::spawn(poll(peer.clone(), task.clone(), status_tx)));
+        let mut shown = ShownStatus::default();
+        shown.show(ctx, tx, &task);
+        let result = peer.send_request(custom("tasks/result", json!({ "taskId": task.task_id })));
+        tokio::pin!(result);
+        let mut last = task;
+        loop {
+            tokio::select! {
+                biased;
+                () = ctx.cancelled() => {
+                    cancel.cancel();
+                    return;
+                }
+                Some(state) = statuses.recv() => {
+                    shown.show(ctx, tx, &state);
+                    last = state;
+                }
+                answer = &mut result => {
+                    let _ = tx.send(self.task_result(answer, &last));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn task_result(
+        &self,
+        answer: Result<ServerResult, ServiceError>,
+        last: &McpTask,
+    ) -> Result<ToolResponse, ToolError> {
+        let about = last
+            .status_message
+            .as_deref()
+            .map(|m| format!(" (its last status: {m})"))
+            .unwrap_or_default();
+        match answer {
+            Ok(answer) => match plain_result(answer) {
+                Some(result) => Ok(map_result(result)),
+                None => Err(ToolError::msg(format!(
+                    "the MCP server \"{}\" ended task {} without a tool result{about}",
+                    self.server(),
+                    last.task_id
+                ))),
+            },
+            Err(ServiceError::McpError(error)) => Err(ToolError::msg(format!(
+                "task {} on the MCP server \"{}\" failed: {}{about}",
+                last.task_id,
+                self.server(),
+                error.message
+            ))),
+            Err(e) => Err(ToolError::msg(format!(
+                "the MCP server \"{}\" was lost while task {} ran: {}; the task may have partly run{about}",
+                self.server(),
+                last.task_id,
+                super::tidy(&e.to_string())
+            ))),
+        }
+    }
+}
+
+/// The status messages shown so far, as one cumulative chunk.
+#[derive(Default)]
+struct ShownStatus {
+    lines: Vec<String>,
+}
+
+impl ShownStatus {
+    fn show(&mut self, ctx: &crate::tool::ToolContext, tx: &Chunks, state: &McpTask) {
+        let text = match &state.status_message {
+            Some(message) => format!("{message} ({})", state.status.replace('_', " ")),
+            None => format!("task {}", state.status.replace('_', " ")),
+        };
+        // Every poll renews a timeout progress may extend: a task that answers is alive.
+        ctx.report(&text, Some("progress"));
+        if let Some(message) = &state.status_message
+            && self.lines.last() != Some(message)
+        {
+            self.lines.push(message.clone());
+            let _ = tx.send(Ok(ToolResponse::partial(self.lines.join("\n"))));
+        }
+    }
+}
+
+/// `tasks/get` every poll interval until the task ends; each state goes to `states`.
+async fn poll(peer: Peer<RoleClient>, task: McpTask, states: mpsc::UnboundedSender<McpTask>) {
+    let mut every = task.poll_every();
+    loop {
+        tokio::time::sleep(every).await;
+        match get_task(&peer, &task.task_id).await {
+            Ok(state) => {
+                every = state.poll_every();
+                let ended = state.is_terminal();
+                if states.send(state).is_err() || ended {
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!(task = %task.task_id, error = %e, "tasks/get failed"),
+        }
+    }
+}
+
+/// The task in a `tools/call` answer (`{"task": {...}}`).
+fn created_task(answer: ServerResult) -> Option<McpTask> {
+    let mut raw = raw(answer);
+    serde_json::from_value(raw.get_mut("task")?.take()).ok()
+}
+
+/// A tool result, however rmcp typed it.
+fn plain_result(answer: ServerResult) -> Option<CallToolResult> {
+    match answer {
+        ServerResult::CallToolResult(result) => Some(result),
+        other => {
+            let raw = raw(other);
+            (raw.get("content").is_some() || raw.get("structuredContent").is_some())
+                .then(|| serde_json::from_value(raw).ok())
+                .flatten()
+        }
+    }
+}
