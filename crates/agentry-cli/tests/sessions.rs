@@ -555,3 +555,80 @@ async fn a_closed_pipe_ends_an_export_or_a_listing_quietly() {
     }
     fake.assert_no_violations();
 }
+
+/// An MCP task (server-everything over HTTP, `simulate-research-query`, which runs only as a
+/// task) outlives the process that started it: killed mid-task, the next process finds the
+/// task again in the session, waits for its result and stores it as the call's one result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_task_running_when_the_process_died_is_found_again_and_its_result_kept() {
+    use agentry_testkit::peers::{EverythingHttp, free_port};
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let server = EverythingHttp::start(free_port()).await;
+    let servers = home.join("servers.json");
+    std::fs::write(
+        &servers,
+        serde_json::json!({"mcpServers": {"everything": {"url": server.url()}}}).to_string(),
+    )
+    .unwrap();
+    let args = |fake: &FakeLlm, prompt: &str| {
+        let db = home.join("s.db").display().to_string();
+        run_args(
+            &fake.base_url(),
+            home,
+            &[
+                "--mcp-config",
+                servers.to_str().unwrap(),
+                "--session",
+                "work",
+                "--db",
+                &db,
+            ],
+            prompt,
+        )
+    };
+
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new(
+        "t",
+        "simulate-research-query",
+        r#"{"topic": "tide pools"}"#,
+    )]));
+    let mut first = Program::start(&args(&fake, "research tide pools"), home);
+    first.stderr_has("? Run simulate-research-query?").await;
+    first.type_line("y");
+    // Killed once the task's id is kept with the call.
+    let kept = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let shown = shown(home, "work").await;
+            if let Some(point) = shown["calls"][0].get("resume").filter(|p| !p.is_null()) {
+                return point.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no resume point kept; stderr: {}", first.stderr_so_far()));
+    assert!(kept["mcp_task"]["task_id"].is_string(), "{kept}");
+    first.kill();
+    let (status, _, _) = first.finish().await;
+    assert_eq!(status.code(), None, "killed");
+
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::text("The report is in."));
+    fake.push(Reply::text("Nothing else."));
+    let second = agentry(args(&fake, "anything else?"), home).await;
+    let (stdout, stderr) = (text(&second.stdout), text(&second.stderr));
+    assert!(second.status.success(), "{stderr}");
+    assert!(stderr.contains("still run on their server"), "{stderr}");
+    assert!(stdout.contains("Nothing else."), "{stdout}");
+    let result = common::tool_message(&fake, 0, "t");
+    assert!(
+        result.contains("# Research Report: tide pools"),
+        "{result}\n{stderr}"
+    );
+    fake.assert_no_violations();
+    // One result for the call, and the call closed.
+    let shown = shown(home, "work").await;
+    assert_eq!(shown["calls"][0]["status"]["status"], "finished", "{shown}");
+}

@@ -225,7 +225,8 @@ impl AppState {
             .await?
             .build()
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let waiting = !memory.recovery().pending_kept.is_empty();
+        let recovery = memory.recovery();
+        let waiting = !(recovery.pending_kept.is_empty() && recovery.resumable_kept.is_empty());
         let writer = self
             .event_writer
             .get_or_init(|| EventWriter::start(Arc::clone(&self.store)))

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::{
-    CallRecord, Lease, PendingApprovals, Recovery, SessionId, SessionInfo, SessionStore, StoreError,
+    CallRecord, CallStatus, Lease, PendingApprovals, Recovery, SessionId, SessionInfo, SessionStore,
+    StoreError,
 };
 
 /// The messages as committed, in order, for reads without a round trip to the store.
@@ -62,6 +63,8 @@ pub struct SessionMemory {
     starts: std::sync::Mutex<HashMap<String, CallRecord>>,
     // How each answered call ended, by call id, as committed (C3). Never held across an await.
     finished: std::sync::Mutex<HashMap<String, ToolCallState>>,
+    // The resume points of the calls recovery kept open to be found again, by call id.
+    resume_points: HashMap<String, Value>,
 }
 
 impl std::fmt::Debug for SessionMemory {
@@ -94,6 +97,17 @@ impl SessionMemory {
             .await?
             .ok_or_else(|| StoreError::SessionNotFound(id.to_string()))?;
         let finished = std::sync::Mutex::new(finished_calls(&recovered.messages).collect());
+        let mut resume_points = HashMap::new();
+        if !recovered.report.resumable_kept.is_empty() {
+            for call in store.calls(id).await? {
+                if let Some(token) = call
+                    .resume
+                    .filter(|_| recovered.report.resumable_kept.contains(&call.call_id))
+                {
+                    resume_points.insert(call.call_id.to_string(), token);
+                }
+            }
+        }
         Ok(SessionMemory {
             store,
             lease,
@@ -102,6 +116,7 @@ impl SessionMemory {
             mirror: tokio::sync::Mutex::new(Mirror::new(recovered.messages)),
             starts: std::sync::Mutex::default(),
             finished,
+            resume_points,
         })
     }
 
@@ -158,9 +173,37 @@ impl SessionMemory {
         &self.lease
     }
 
-    /// Keeps the start of a call, to write with its result.
+    /// Keeps the start of a call, to write with its result. A call resumed from an earlier
+    /// process started then (its record says so, and its approval was used then): its result is
+    /// written alone.
     pub(crate) fn call_started(&self, record: CallRecord) {
+        if self.resume_points.contains_key(record.call_id.as_str()) {
+            return;
+        }
         self.starts().insert(record.call_id.to_string(), record);
+    }
+
+    /// Commits how the running call `call_id` can be found again, with its start: recovery
+    /// keeps a call that has one open to be resumed (see [`Recovery::resumable_kept`]).
+    pub(crate) async fn call_resumable(&self, call_id: &str, token: &Value) -> Result<(), StoreError> {
+        let kept = self.starts().get(call_id).cloned();
+        let record = match kept {
+            Some(record) => Some(record),
+            // An approved call's start was written with the decision: the stored record.
+            None => self
+                .store
+                .calls(&self.info.id)
+                .await?
+                .into_iter()
+                .find(|c| c.call_id.as_str() == call_id && c.status == CallStatus::Running),
+        };
+        let Some(mut record) = record else {
+            tracing::warn!(call_id, "a resume point for a call that is not running; not kept");
+            return Ok(());
+        };
+        record.resume = Some(token.clone());
+        self.store.record_call(&self.lease, &record).await?;
+        Ok(())
     }
 
     /// Takes back the start kept for `call_id`, to write it now.
@@ -304,6 +347,10 @@ impl Memory for SessionMemory {
 
     fn finished_call(&self, call_id: &str) -> Option<ToolCallState> {
         self.finished().get(call_id).cloned()
+    }
+
+    async fn resume_point(&self, call_id: &str) -> Option<Value> {
+        self.resume_points.get(call_id).cloned()
     }
 
     async fn insert_before(&self, before: &str, msgs: Vec<Msg>) -> Result<(), MemoryError> {

@@ -77,6 +77,13 @@ impl AgentHook for CallRecorder {
         self.memory.call_started(start(ctx, call));
     }
 
+    async fn call_resumable(&self, _ctx: &HookContext, call_id: &agentry::CallId, token: &serde_json::Value) {
+        if let Err(e) = self.memory.call_resumable(call_id.as_str(), token).await {
+            // The call goes on; after a crash it is closed as interrupted, as without a token.
+            tracing::warn!(%call_id, error = %e, "could not keep the call's resume point");
+        }
+    }
+
     async fn approval_requested(&self, ctx: &HookContext, call: &ToolUseBlock, request: &ApprovalRequest) {
         // Its own commit: the question must be on disk before the user sees it.
         if let Err(e) = self

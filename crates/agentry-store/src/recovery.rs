@@ -77,11 +77,18 @@ fn restart_note(now: DateTime<Utc>) -> Msg {
     note
 }
 
-/// The calls to keep waiting for approval: every unfinished call is waiting for approval, and
+/// Whether a live call can wait for the next `start_resumed_reply`: it waits for approval, or
+/// it runs work that can be found again (it left a resume point).
+fn can_wait(call: &CallRecord) -> bool {
+    call.status == CallStatus::PendingApproval
+        || (call.status == CallStatus::Running && call.resume.is_some())
+}
+
+/// The calls to keep open: every unfinished call is waiting for approval or resumable, and
 /// they are the last model message's calls without a result, after which only results follow.
 fn waiting_for_approval(msgs: &[Msg], calls: &[CallRecord]) -> Option<Vec<CallId>> {
     let live: Vec<&CallRecord> = calls.iter().filter(|c| !c.status.is_terminal()).collect();
-    if live.is_empty() || live.iter().any(|c| c.status != CallStatus::PendingApproval) {
+    if live.is_empty() || !live.iter().all(|c| can_wait(c)) {
         return None;
     }
     let (at, calls) = unanswered_last_calls(msgs)?;
@@ -107,8 +114,15 @@ pub(crate) fn plan(
     if pending == PendingApprovals::Keep
         && let Some(kept) = waiting_for_approval(msgs, calls)
     {
+        let resumable: std::collections::HashSet<&str> = calls
+            .iter()
+            .filter(|c| c.status == CallStatus::Running)
+            .map(|c| c.call_id.as_str())
+            .collect();
         let mut plan = Plan::default();
-        plan.report.pending_kept = kept;
+        let (resumed, waiting) = kept.into_iter().partition(|id| resumable.contains(id.as_str()));
+        plan.report.pending_kept = waiting;
+        plan.report.resumable_kept = resumed;
         return plan;
     }
     let mut plan = plan_calls(msgs, calls, now);
@@ -422,6 +436,35 @@ mod tests {
         ];
         let closed = plan(&msgs, &mixed, Utc::now(), PendingApprovals::Keep);
         assert!(closed.report.pending_kept.is_empty());
+        assert_eq!(closed.report.interrupted.len(), 2);
+    }
+
+    #[test]
+    fn a_running_call_that_left_a_resume_point_is_kept_with_those_waiting_for_approval() {
+        let msgs = vec![
+            Msg::user("q"),
+            Msg::new("bot", Role::Assistant, vec![call("a"), call("b")]),
+        ];
+        let mut resumable = record("b", CallStatus::Running);
+        resumable.resume = Some(serde_json::json!({"mcp_task": {"task_id": "t1"}}));
+        let calls = [record("a", CallStatus::PendingApproval), resumable.clone()];
+        let kept = plan(&msgs, &calls, Utc::now(), PendingApprovals::Keep);
+        let ids = |list: &[CallId]| list.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        assert_eq!(ids(&kept.report.pending_kept), ["a"]);
+        assert_eq!(ids(&kept.report.resumable_kept), ["b"]);
+        assert!(kept.tail.is_none() && kept.calls.is_empty() && !kept.report.reply_noted);
+
+        // Without a resume point it may have partly run: closed, and its sibling with it.
+        let plain = [
+            record("a", CallStatus::PendingApproval),
+            record("b", CallStatus::Running),
+        ];
+        let closed = plan(&msgs, &plain, Utc::now(), PendingApprovals::Keep);
+        assert!(closed.report.resumable_kept.is_empty());
+        assert_eq!(closed.report.interrupted.len(), 2);
+        // Asked to close what waits: closed too.
+        let closed = plan(&msgs, &calls, Utc::now(), PendingApprovals::Close);
+        assert!(closed.report.resumable_kept.is_empty());
         assert_eq!(closed.report.interrupted.len(), 2);
     }
 }

@@ -170,6 +170,12 @@ pub struct CallRecord {
     pub explanation: Option<String>,
     /// The last progress report of the running tool (UI only).
     pub progress: Option<String>,
+    /// How the running tool can be found again if the process stops (an MCP task's id, say):
+    /// what it gave [`ToolContext::set_resume_point`](agentry::tool::ToolContext::set_resume_point).
+    /// A call that has one is kept open by recovery ([`PendingApprovals::Keep`]) and followed
+    /// again by the next `start_resumed_reply`, instead of being closed as interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<Value>,
     /// When the call was registered.
     pub created_at: DateTime<Utc>,
     /// When its body started, if it did.
@@ -194,6 +200,7 @@ impl CallRecord {
             decision_source: None,
             explanation: None,
             progress: None,
+            resume: None,
             created_at: Utc::now(),
             started_at: None,
             finished_at: None,
@@ -292,6 +299,11 @@ pub struct Recovery {
     /// [`PendingApprovals::Keep`]): the next `start_resumed_reply` asks about them again.
     #[serde(default)]
     pub pending_kept: Vec<CallId>,
+    /// Calls that were running work that can be found again (they left a resume point) and
+    /// are kept open (opened with [`PendingApprovals::Keep`]): the next `start_resumed_reply`
+    /// finds their work again and waits for its result, without asking for approval again.
+    #[serde(default)]
+    pub resumable_kept: Vec<CallId>,
 }
 
 /// What opening a session does with calls that were waiting for approval when the process
@@ -305,7 +317,9 @@ pub enum PendingApprovals {
     /// Still waiting, when they are the whole unfinished part of the conversation (the last
     /// model message's calls that have no result, all waiting for approval): the agent asks
     /// about them again with `ReActAgent::start_resumed_reply` and runs the approved ones, once.
-    /// Otherwise they are closed as with `Close`.
+    /// Calls that were running work that can be found again (a resume point) are kept too, and
+    /// followed again by the same `start_resumed_reply`. Otherwise they are closed as with
+    /// `Close`.
     Keep,
 }
 
@@ -327,6 +341,7 @@ impl Recovery {
             && self.orphan_results_removed == 0
             && !self.reply_noted
             && self.pending_kept.is_empty()
+            && self.resumable_kept.is_empty()
     }
 }
 

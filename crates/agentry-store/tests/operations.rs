@@ -732,3 +732,44 @@ async fn settled_event_ids_continue_after_the_last_stored(db: TestDb) {
     );
 }
 conformance!(settled_event_ids_continue_after_the_last_stored);
+
+/// A running call that left a resume point keeps it, also when its start is written again
+/// without one, and recovery keeps it open for `start_resumed_reply` instead of closing it.
+async fn a_resumable_running_call_survives_a_restart_open(db: TestDb) {
+    let store = db.open().await;
+    let (session, lease) = leased(&store, "s").await;
+    let msgs = vec![
+        Msg::user("q"),
+        Msg::new(
+            "bot",
+            Role::Assistant,
+            vec![ContentBlock::ToolUse(ToolUseBlock {
+                id: "t".into(),
+                name: "research".into(),
+                input: json!({}),
+                raw_input: None,
+            })],
+        ),
+    ];
+    store.append_messages(&lease, &msgs).await.unwrap();
+    let mut start = CallRecord::new("t", "research", json!({}));
+    start.status = CallStatus::Running;
+    start.resume = Some(json!({"mcp_task": {"task_id": "task-1", "session": "s-1"}}));
+    store.record_call(&lease, &start).await.unwrap();
+    start.resume = None;
+    store.record_call(&lease, &start).await.unwrap();
+    let stored = store.calls(&session.id).await.unwrap();
+    assert_eq!(
+        stored[0].resume.as_ref().unwrap()["mcp_task"]["task_id"],
+        "task-1"
+    );
+
+    let recovered = store.recover(&lease, PendingApprovals::Keep).await.unwrap();
+    assert_eq!(recovered.report.resumable_kept, ["t"]);
+    assert!(recovered.report.interrupted.is_empty());
+    assert_eq!(
+        store.calls(&session.id).await.unwrap()[0].status,
+        CallStatus::Running
+    );
+}
+conformance!(a_resumable_running_call_survives_a_restart_open);

@@ -29,3 +29,64 @@ pub fn npm_package(path: &str) -> String {
         .display()
         .to_string()
 }
+
+/// A free loopback port (bound and released; the caller binds it again right away).
+///
+/// # Panics
+/// When no loopback port can be bound.
+#[allow(clippy::unwrap_used)]
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `server-everything` over Streamable HTTP on `port`, killed on drop.
+pub struct EverythingHttp {
+    child: std::process::Child,
+    /// The port it listens on.
+    pub port: u16,
+}
+
+impl EverythingHttp {
+    /// Starts it and waits until it listens.
+    ///
+    /// # Panics
+    /// When node cannot start, or the server does not listen within 10 s.
+    #[allow(clippy::unwrap_used, clippy::panic)]
+    pub async fn start(port: u16) -> EverythingHttp {
+        let child = std::process::Command::new("node")
+            .arg(npm_package(
+                "@modelcontextprotocol/server-everything/dist/index.js",
+            ))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = EverythingHttp { child, port };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return server;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        drop(server);
+        panic!("server-everything did not listen on {port}");
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for EverythingHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

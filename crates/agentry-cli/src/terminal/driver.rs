@@ -432,21 +432,33 @@ impl Terminal {
 
     /// When the last process stopped while calls waited for approval: asks about them again,
     /// runs the approved ones (once) and lets the model go on from their results, before
-    /// anything else. `None` when nothing waited.
+    /// anything else; calls whose work goes on elsewhere (an MCP task) are found again and
+    /// waited for. `None` when nothing waited.
     pub async fn resume_waiting_calls(
         &mut self,
         session: Option<&SessionMemory>,
         agent: &agentry::ReActAgent,
     ) -> Option<Outcome> {
         let memory = session?;
-        let waiting = memory.recovery().pending_kept.len();
-        if waiting == 0 {
+        let (waiting, running) = (
+            memory.recovery().pending_kept.len(),
+            memory.recovery().resumable_kept.len(),
+        );
+        if waiting + running == 0 {
             return None;
         }
-        eprintln!(
-            "agentry: {waiting} tool call(s) of the last run still wait for your decision; asking again \
-             (--close-pending closes them instead)."
-        );
+        if waiting > 0 {
+            eprintln!(
+                "agentry: {waiting} tool call(s) of the last run still wait for your decision; asking again \
+                 (--close-pending closes them instead)."
+            );
+        }
+        if running > 0 {
+            eprintln!(
+                "agentry: {running} tool call(s) of the last run still run on their server; following them \
+                 again (--close-pending closes them instead)."
+            );
+        }
         Some(self.drive(agent.start_resumed_reply()).await)
     }
 

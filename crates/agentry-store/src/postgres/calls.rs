@@ -28,8 +28,8 @@ pub(super) async fn write_call(
         .prepare_cached(
             "INSERT INTO tool_calls (session_id, call_id, reply_id, message_id, tool_name, arguments, state, \
                  terminal, outcome, phase, partial, stop_reason, partial_result, decision, decision_source, \
-                 idempotent, progress, created_at, started_at, finished_at, updated_at, explanation)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), $21)
+                 idempotent, progress, created_at, started_at, finished_at, updated_at, explanation, resume)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), $21, $22)
              ON CONFLICT (session_id, call_id) DO UPDATE SET
                  reply_id = excluded.reply_id, message_id = excluded.message_id,
                  tool_name = excluded.tool_name, arguments = excluded.arguments, state = excluded.state,
@@ -39,7 +39,8 @@ pub(super) async fn write_call(
                  decision_source = excluded.decision_source, idempotent = excluded.idempotent,
                  progress = excluded.progress, started_at = excluded.started_at,
                  finished_at = excluded.finished_at, updated_at = excluded.updated_at,
-                 explanation = coalesce(excluded.explanation, tool_calls.explanation)
+                 explanation = coalesce(excluded.explanation, tool_calls.explanation),
+                 resume = coalesce(excluded.resume, tool_calls.resume)
              WHERE NOT tool_calls.terminal",
         )
         .await
@@ -69,6 +70,7 @@ pub(super) async fn write_call(
                 &call.started_at,
                 &call.finished_at,
                 &call.explanation,
+                &call.resume,
             ],
         )
         .await

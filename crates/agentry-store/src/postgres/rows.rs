@@ -53,6 +53,7 @@ pub(super) struct CallColumns {
     pub(super) explanation: Option<String>,
     pub(super) idempotent: bool,
     pub(super) progress: Option<String>,
+    pub(super) resume: Option<String>,
     pub(super) created_at: DateTime<Utc>,
     pub(super) started_at: Option<DateTime<Utc>>,
     pub(super) finished_at: Option<DateTime<Utc>>,
@@ -91,6 +92,11 @@ impl CallColumns {
             explanation: opt_to_db(call.explanation.as_deref()),
             idempotent: call.idempotent,
             progress: opt_to_db(call.progress.as_deref()),
+            resume: call
+                .resume
+                .as_ref()
+                .map(|r| json("call resume point", r))
+                .transpose()?,
             created_at: call.created_at,
             started_at: call.started_at,
             finished_at: call.finished_at,
@@ -100,7 +106,7 @@ impl CallColumns {
 
 /// The columns [`call_record`] reads, in order.
 pub(super) const CALL_COLUMNS: &str = "call_id, reply_id, message_id, tool_name, arguments, state, outcome, \
-     partial_result, decision, decision_source, idempotent, progress, created_at, started_at, finished_at, explanation";
+     partial_result, decision, decision_source, idempotent, progress, created_at, started_at, finished_at, explanation, resume";
 
 pub(super) fn call_record(row: &Row) -> Result<CallRecord, StoreError> {
     let get_err = |e: tokio_postgres::Error| StoreError::decode("call record", e);
@@ -141,5 +147,10 @@ pub(super) fn call_record(row: &Row) -> Result<CallRecord, StoreError> {
         started_at: row.try_get(13).map_err(get_err)?,
         finished_at: row.try_get(14).map_err(get_err)?,
         explanation: opt_from_db(row.try_get(15).map_err(get_err)?),
+        resume: row
+            .try_get::<_, Option<String>>(16)
+            .map_err(get_err)?
+            .map(|r| from_json("call resume point", &r))
+            .transpose()?,
     })
 }

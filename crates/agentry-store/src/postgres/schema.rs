@@ -162,8 +162,13 @@ CREATE INDEX session_events_time ON session_events (created_at);
 CREATE INDEX session_controls_time ON session_controls (created_at);
 ";
 
+/// Version 5: how a running call can be found again after a restart (as SQLite's version 13).
+const V5: &str = "
+ALTER TABLE tool_calls ADD COLUMN resume text;
+";
+
 /// The migrations, oldest first.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The schema version this build writes and reads.
 pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

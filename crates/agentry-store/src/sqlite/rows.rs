@@ -76,6 +76,7 @@ pub(crate) struct EncodedCall {
     pub(super) explanation: Option<String>,
     pub(super) idempotent: bool,
     pub(super) progress: Option<String>,
+    pub(super) resume: Option<String>,
     pub(super) created_at: String,
     pub(super) started_at: Option<String>,
     pub(super) finished_at: Option<String>,
@@ -111,6 +112,11 @@ impl EncodedCall {
             explanation: call.explanation.clone(),
             idempotent: call.idempotent,
             progress: call.progress.clone(),
+            resume: call
+                .resume
+                .as_ref()
+                .map(|r| json("call resume point", r))
+                .transpose()?,
             created_at: ts(call.created_at),
             started_at: call.started_at.map(ts),
             finished_at: call.finished_at.map(ts),
@@ -120,7 +126,7 @@ impl EncodedCall {
 
 /// The columns [`call_row`] reads, in order.
 pub(super) const CALL_COLUMNS: &str = "call_id, reply_id, message_id, tool_name, arguments, state, outcome, \
-     partial_result, decision, decision_source, idempotent, progress, created_at, started_at, finished_at, explanation";
+     partial_result, decision, decision_source, idempotent, progress, created_at, started_at, finished_at, explanation, resume";
 
 /// Raw values of a call row.
 pub(super) struct CallRow {
@@ -140,6 +146,7 @@ pub(super) struct CallRow {
     started_at: Option<String>,
     finished_at: Option<String>,
     explanation: Option<String>,
+    resume: Option<String>,
 }
 
 pub(super) fn call_row(row: &Row<'_>) -> rusqlite::Result<CallRow> {
@@ -160,6 +167,7 @@ pub(super) fn call_row(row: &Row<'_>) -> rusqlite::Result<CallRow> {
         started_at: row.get(13)?,
         finished_at: row.get(14)?,
         explanation: row.get(15)?,
+        resume: row.get(16)?,
     })
 }
 
@@ -195,6 +203,10 @@ pub(super) fn call_record(row: CallRow) -> Result<CallRecord, StoreError> {
             .transpose()?,
         explanation: row.explanation,
         progress: row.progress,
+        resume: row
+            .resume
+            .map(|r| from_json("call resume point", &r))
+            .transpose()?,
         created_at: parse_ts("call time", &row.created_at)?,
         started_at: parse_opt_ts("call time", row.started_at)?,
         finished_at: parse_opt_ts("call time", row.finished_at)?,

@@ -284,6 +284,12 @@ ALTER TABLE session_events ADD COLUMN created_at TEXT;
 CREATE INDEX session_events_time ON session_events (created_at);
 ";
 
+/// Version 13: how a running call can be found again after a restart (JSON, the tool's own
+/// shape: an MCP task's id and session, say); NULL for calls that cannot.
+const V13: &str = "
+ALTER TABLE tool_calls ADD COLUMN resume TEXT;
+";
+
 /// One step of the schema: SQL, or Rust where the new rows are computed by the code.
 enum Migration {
     Sql(&'static str),
@@ -313,6 +319,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(V10),
     Migration::Sql(V11),
     Migration::Sql(V12),
+    Migration::Sql(V13),
 ];
 
 /// Makes a database at schema `version` on `conn`, for the migration tests.

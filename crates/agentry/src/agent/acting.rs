@@ -203,6 +203,8 @@ impl ReplyCx<'_> {
             Plan::Finish(_) | Plan::Refused(_) | Plan::Repeat(_) => CallPolicy::default(),
         };
         let approval = match &plan {
+            // It ran in an earlier process, approved then; it is found again, not run anew.
+            Plan::Run(_) if self.resume_points.contains_key(&call.id) => ApprovalPhase::none(),
             Plan::Run(_) => self.approval_phase(&record, &call, &policy).await,
             Plan::Finish(_) | Plan::Refused(_) | Plan::Repeat(_) => ApprovalPhase::none(),
         };
@@ -418,7 +420,8 @@ impl ReplyCx<'_> {
             self.inner.config.settings.on_cancel_budget,
             self.inner.config.extensions.clone(),
         )
-        .with_asker(self.ask_fn(&call.id));
+        .with_asker(self.ask_fn(&call.id))
+        .with_resumed_from(self.resume_points.get(&call.id).cloned());
         let mut chunks = self.inner.config.toolkit.run(prepared, call, ctx);
         let started = tokio::time::Instant::now();
         let mut limits = Limits::new(started, policy);
@@ -518,6 +521,8 @@ impl ReplyCx<'_> {
             active: Arc::downgrade(&self.active),
             events: Arc::clone(&self.inner.events),
             call_id: call_id.clone(),
+            hooks: Arc::clone(&self.hooks),
+            hook_cx: self.hook_cx.clone(),
         })
     }
 
@@ -704,11 +709,14 @@ fn call_record_json(
     record
 }
 
-/// Asks the user of a reply what one of its calls needs.
+/// Asks the user of a reply what one of its calls needs, and hands its resume points to the
+/// hooks.
 struct ReplyAsker {
     active: std::sync::Weak<ActiveReply>,
     events: Arc<EventHub>,
     call_id: CallId,
+    hooks: super::HookList,
+    hook_cx: super::HookContext,
 }
 
 impl Asker for ReplyAsker {
@@ -725,6 +733,19 @@ impl Asker for ReplyAsker {
             Some(active) => active.ask_input(&self.events, &self.call_id, question),
             None => tokio::sync::oneshot::channel().1,
         }
+    }
+
+    fn resume_point(&self, token: Value) -> futures::future::BoxFuture<'static, ()> {
+        let (hooks, hook_cx, call_id) = (
+            Arc::clone(&self.hooks),
+            self.hook_cx.clone(),
+            self.call_id.clone(),
+        );
+        Box::pin(async move {
+            for (_, hook) in hooks.iter() {
+                hook.call_resumable(&hook_cx, &call_id, &token).await;
+            }
+        })
     }
 }
 

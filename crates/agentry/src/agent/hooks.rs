@@ -30,11 +30,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::ReplyId;
 use crate::agent::{SessionGrant, StopReason};
 use crate::message::{Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::{ChatUsage, ToolChoice};
 use crate::tool::{ApprovalDecision, ApprovalRequest, DecisionSource, ToolCallState};
+use crate::{CallId, ReplyId};
+use serde_json::Value;
 
 /// Where a hook is running.
 #[derive(Debug, Clone)]
@@ -112,6 +113,11 @@ pub trait AgentHook: Send + Sync + 'static {
     /// is declined, so that a store keeps the grant even if the process dies during the call.
     /// The same grants are listed by [`ReActAgent::session_grants`](super::ReActAgent::session_grants).
     async fn session_grant_stored(&self, _ctx: &HookContext, _key: &str, _grant: &SessionGrant) {}
+    /// A running call said how it can be found again if the process stops
+    /// ([`ToolContext::set_resume_point`](crate::tool::ToolContext::set_resume_point)): a store
+    /// keeps `token` with the call before the tool goes on, and recovery keeps such a call
+    /// open for `start_resumed_reply` instead of closing it as interrupted.
+    async fn call_resumable(&self, _ctx: &HookContext, _call_id: &CallId, _token: &Value) {}
     /// The reply ended, whatever its end (answered, cancelled, stopped by a budget, failed):
     /// everything it did is in memory, and `ReplyFinished` is emitted once every hook has
     /// returned. A store records the reply's token use here, so whoever sees `ReplyFinished`

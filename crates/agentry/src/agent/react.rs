@@ -63,6 +63,8 @@ pub(crate) struct ReplyCx<'a> {
     pub(super) agent_span: trace::ReplySpan,
     /// The plan notebook's revision last announced.
     plan_revision: u64,
+    /// The calls this reply resumes from an earlier process, with the token each left.
+    pub(super) resume_points: std::collections::HashMap<CallId, Value>,
 }
 
 /// What starts a reply.
@@ -123,6 +125,7 @@ impl<'a> ReplyCx<'a> {
             repeated: RepeatedCalls::default(),
             agent_span,
             plan_revision: inner.config.plan.as_ref().map_or(0, |plan| plan.revision()),
+            resume_points: std::collections::HashMap::new(),
         };
         let span = tracing::info_span!("reply", agent = %inner.config.name, reply_id = %reply_id);
         let mut outcome = cx.reply(incoming, structured.as_ref()).instrument(span).await;
@@ -178,6 +181,11 @@ impl<'a> ReplyCx<'a> {
             Incoming::Resume => {
                 // Before the pairing check, which would close these calls as interrupted.
                 let waiting = self.unanswered_calls().await?;
+                for call in &waiting {
+                    if let Some(token) = self.inner.config.memory.resume_point(&call.id).await {
+                        self.resume_points.insert(call.id.clone(), token);
+                    }
+                }
                 if !waiting.is_empty() {
                     self.acting(waiting, structured).await?;
                 }

@@ -336,6 +336,11 @@ impl McpClient {
         self.inner.shared.in_flight.enter(ctx)
     }
 
+    /// Which tools run as tasks, and the sessions tasks live in.
+    pub(crate) fn task_supports(&self) -> &TaskSupports {
+        &self.inner.shared.task_supports
+    }
+
     /// The server's name.
     pub fn name(&self) -> &str {
         &self.inner.config.name

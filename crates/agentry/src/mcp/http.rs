@@ -111,12 +111,15 @@ impl StreamableHttpClient for SessionAwareClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse> {
-        let had_session = session_id.is_some();
-        let response = self
-            .0
-            .post_message(uri, message, session_id, auth_header, custom_headers)
-            .await;
-        expired_if_lost(response, had_session)
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
     }
 
     async fn post_message_with_response_limits(
@@ -128,6 +131,18 @@ impl StreamableHttpClient for SessionAwareClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse> {
+        self.1.set_session(session_id.as_ref());
+        // A task found again after a restart lives in the session it was created in.
+        let session_id = match &message {
+            JsonRpcMessage::Request(request) => match &request.request {
+                ClientRequest::CustomRequest(custom) => self
+                    .1
+                    .session_for(&custom.method, custom.params.as_ref())
+                    .or(session_id),
+                _ => session_id,
+            },
+            _ => session_id,
+        };
         let had_session = session_id.is_some();
         let listing = lists_tools(&message).then(|| message.clone());
         let response = self

@@ -19,6 +19,9 @@ use tokio::sync::mpsc;
 use super::tool::{Chunks, McpTool, map_result};
 use crate::tool::{ToolError, ToolResponse};
 
+/// The key of an MCP task in a call's resume point.
+pub(crate) const RESUME_KEY: &str = "mcp_task";
+
 /// How long a task's result is kept by the server after it ends, asked for at creation: long
 /// enough to find it again after a restart.
 pub(crate) const TASK_TTL_MS: u64 = 60 * 60 * 1000;
@@ -201,6 +204,59 @@ impl McpTool {
             return;
         };
         cancel.created(&task.task_id);
+        // Over HTTP the task outlives this process: kept with the call, it is found again when
+        // the session resumes. A stdio server stops with us, and its tasks with it.
+        if let Some(session) = self.client.task_supports().session() {
+            ctx.set_resume_point(json!({
+                RESUME_KEY: { "server": self.server(), "task_id": task.task_id, "session": &*session }
+            }))
+            .await;
+        }
+        self.follow(&peer, task, ctx, tx, &cancel).await;
+    }
+
+    /// Finds the task an earlier process started for this call again (its resume point), and
+    /// follows it to its result.
+    pub(super) async fn resume_task(&self, token: &Value, ctx: &crate::tool::ToolContext, tx: &Chunks) {
+        let point = &token[RESUME_KEY];
+        let (Some(task_id), Some(session)) = (point["task_id"].as_str(), point["session"].as_str()) else {
+            let _ = tx.send(Err(ToolError::msg(format!(
+                "the call's resume point is not an MCP task of \"{}\"; it cannot be found again",
+                self.server()
+            ))));
+            return;
+        };
+        self.client.task_supports().adopt(task_id, session);
+        let peer = match self.client.peer().await {
+            Ok(peer) => peer,
+            Err(e) => {
+                let _ = tx.send(Err(ToolError::msg(format!(
+                    "task {task_id} could not be found again: {e}; it may still run on the server"
+                ))));
+                return;
+            }
+        };
+        let cancel = TaskCancel::new(peer.clone());
+        cancel.created(task_id);
+        {
+            let cancel = Arc::clone(&cancel);
+            ctx.set_bounded_on_cancel(move || {
+                cancel.cancel();
+                None
+            });
+        }
+        let _in_flight = self.client.in_flight(ctx.clone());
+        let task = match get_task(&peer, task_id).await {
+            Ok(task) => task,
+            Err(e) => {
+                let _ = tx.send(Err(ToolError::msg(format!(
+                    "task {task_id} on the MCP server \"{}\" could not be found again after the restart: {e}",
+                    self.server()
+                ))));
+                return;
+            }
+        };
+        // The call's record keeps its resume point until the result closes it.
         self.follow(&peer, task, ctx, tx, &cancel).await;
     }
 

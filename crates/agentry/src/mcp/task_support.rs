@@ -43,16 +43,24 @@ impl TaskSupport {
     }
 }
 
-/// The task support of each tool, as the server last listed it.
+/// The task support of each tool, as the server last listed it; and, over HTTP, the MCP
+/// session each task lives in.
 #[derive(Debug, Default)]
-pub(crate) struct TaskSupports(Mutex<HashMap<String, TaskSupport>>);
+pub(crate) struct TaskSupports {
+    supports: Mutex<HashMap<String, TaskSupport>>,
+    /// The session id the last request went out with.
+    session: Mutex<Option<Arc<str>>>,
+    /// Tasks of an earlier session (found again after a restart), by task id: requests about
+    /// them go out with their own session's id.
+    task_sessions: Mutex<HashMap<String, Arc<str>>>,
+}
 
 /// Lines longer than this are passed on without being looked at.
 const MAX_TAPPED_LINE: usize = 16 << 20;
 
 impl TaskSupports {
     pub(crate) fn get(&self, tool: &str) -> TaskSupport {
-        self.0
+        self.supports
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(tool)
@@ -65,13 +73,45 @@ impl TaskSupports {
         let Some(tools) = message.pointer("/result/tools").and_then(Value::as_array) else {
             return;
         };
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.supports.lock().unwrap_or_else(|e| e.into_inner());
         for tool in tools {
             if let Some(name) = tool.get("name").and_then(Value::as_str) {
                 let support = tool.pointer("/execution/taskSupport").and_then(Value::as_str);
                 map.insert(name.to_owned(), TaskSupport::parse(support));
             }
         }
+    }
+
+    /// The MCP session of the last HTTP request (`None` on stdio).
+    pub(crate) fn session(&self) -> Option<Arc<str>> {
+        self.session.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn set_session(&self, session: Option<&Arc<str>>) {
+        if let Some(session) = session {
+            *self.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(session));
+        }
+    }
+
+    /// Requests about `task_id` go out in `session`, the one it was created in.
+    pub(crate) fn adopt(&self, task_id: &str, session: &str) {
+        self.task_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(task_id.to_owned(), Arc::from(session));
+    }
+
+    /// The session a request about a task of an earlier session must carry.
+    pub(crate) fn session_for(&self, method: &str, params: Option<&Value>) -> Option<Arc<str>> {
+        if !method.starts_with("tasks/") {
+            return None;
+        }
+        let task_id = params?.get("taskId")?.as_str()?;
+        self.task_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(task_id)
+            .cloned()
     }
 
     /// One line of the server's stdout: parsed only if it may declare task support.

@@ -63,6 +63,12 @@ impl McpTool {
     }
 
     async fn run(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext, tx: Chunks) {
+        if let Some(token) = ctx
+            .resumed_from()
+            .filter(|t| t.get(super::task_call::RESUME_KEY).is_some())
+        {
+            return self.resume_task(&token.clone(), &ctx, &tx).await;
+        }
         if self.info.task_support.as_task() {
             return self.run_as_task(&args, &ctx, &tx).await;
         }

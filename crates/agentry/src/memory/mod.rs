@@ -90,6 +90,14 @@ pub trait Memory: Send + Sync {
     fn finished_call(&self, _call_id: &str) -> Option<ToolCallState> {
         None
     }
+
+    /// How the unfinished call `call_id` can be found again, when an earlier process ran it
+    /// and kept a token ([`ToolContext::set_resume_point`](crate::tool::ToolContext::set_resume_point)):
+    /// `start_resumed_reply` runs such a call again with the token, without asking for
+    /// approval again. The default keeps none.
+    async fn resume_point(&self, _call_id: &str) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The terminal state of the call that `result` (in `msg`) answers: the state the agent wrote
@@ -139,6 +147,10 @@ impl<T: Memory + ?Sized> Memory for std::sync::Arc<T> {
 
     async fn tool_call_counts(&self) -> Result<BTreeMap<String, usize>, MemoryError> {
         (**self).tool_call_counts().await
+    }
+
+    async fn resume_point(&self, call_id: &str) -> Option<serde_json::Value> {
+        (**self).resume_point(call_id).await
     }
 
     fn finished_call(&self, call_id: &str) -> Option<ToolCallState> {

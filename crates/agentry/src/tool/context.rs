@@ -25,6 +25,8 @@ pub(crate) type UsageFn = Arc<dyn Fn(&ChatUsage) + Send + Sync>;
 pub(crate) trait Asker: Send + Sync {
     fn approval(&self, question: NestedApproval) -> oneshot::Receiver<ApprovalDecision>;
     fn input(&self, question: InputQuestion) -> oneshot::Receiver<InputAnswer>;
+    /// Keeps how the running call can be found again (the agent's hooks, a session store).
+    fn resume_point(&self, token: Value) -> futures::future::BoxFuture<'static, ()>;
 }
 
 pub(crate) type AskFn = Arc<dyn Asker>;
@@ -98,6 +100,8 @@ struct Inner {
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     on_cancel_budget: Duration,
     extensions: Extensions,
+    /// What an earlier run of this call left to find it again, when this run resumes it.
+    resumed_from: Option<Value>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -140,6 +144,33 @@ impl ToolContext {
     pub(crate) fn with_asker(mut self, ask: AskFn) -> Self {
         Arc::make_mut(&mut self.inner).ask = Some(ask);
         self
+    }
+
+    /// This context, for a run that resumes the call from `token` (its earlier run's
+    /// [`Self::set_resume_point`]).
+    pub(crate) fn with_resumed_from(mut self, token: Option<Value>) -> Self {
+        if token.is_some() {
+            Arc::make_mut(&mut self.inner).resumed_from = token;
+        }
+        self
+    }
+
+    /// Says how this call can be found again if the process stops while it runs (work that
+    /// goes on elsewhere: an MCP task's id, say). A session store keeps `token` with the call
+    /// before this returns; when the session is opened again, the call is not closed as
+    /// interrupted but run again by `start_resumed_reply`, with the token in
+    /// [`Self::resumed_from`], without asking for approval again. A later call replaces the
+    /// token. Outside an agent, or without a store, it does nothing.
+    pub async fn set_resume_point(&self, token: Value) {
+        if let Some(ask) = &self.inner.ask {
+            ask.resume_point(token).await;
+        }
+    }
+
+    /// The token an earlier run of this call left with [`Self::set_resume_point`], when this
+    /// run resumes it after a restart: the tool finds its work again instead of starting it.
+    pub fn resumed_from(&self) -> Option<&Value> {
+        self.inner.resumed_from.as_ref()
     }
 
     /// Asks the agent's user whether a call this tool makes on its own behalf may run (a
@@ -204,6 +235,7 @@ impl ToolContext {
                 cancel_grace,
                 on_cancel_budget,
                 extensions,
+                resumed_from: None,
             }),
         }
     }
