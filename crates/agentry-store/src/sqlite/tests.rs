@@ -83,12 +83,14 @@ async fn a_version_1_database_is_migrated_with_its_sessions_kept() {
     assert_eq!(totals.cost_usd, None, "an old ledger has no cost");
     let version: i64 = store.with_conn(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap());
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 12);
+    assert_eq!(SCHEMA_VERSION, 13);
     // v9: a session from before has no owner (the store's own user's).
     assert_eq!(old.owner, None);
     // v4: an old call has no explanation, a new one keeps it.
     let calls = store.calls(&old.id).await.unwrap();
     assert!(calls.iter().all(|c| c.explanation.is_none()));
+    // v13: nor a resume point.
+    assert!(calls.iter().all(|c| c.resume.is_none()));
 }
 
 #[tokio::test]

@@ -521,7 +521,7 @@ impl ReplyCx<'_> {
             active: Arc::downgrade(&self.active),
             events: Arc::clone(&self.inner.events),
             call_id: call_id.clone(),
-            hooks: Arc::clone(&self.hooks),
+            hooks: Arc::downgrade(&self.hooks),
             hook_cx: self.hook_cx.clone(),
         })
     }
@@ -715,7 +715,9 @@ struct ReplyAsker {
     active: std::sync::Weak<ActiveReply>,
     events: Arc<EventHub>,
     call_id: CallId,
-    hooks: super::HookList,
+    // Weak, as for the reply: a context kept by a tool must not keep the hooks (and the
+    // session store they hold) alive.
+    hooks: std::sync::Weak<[(String, Arc<dyn super::AgentHook>)]>,
     hook_cx: super::HookContext,
 }
 
@@ -736,12 +738,10 @@ impl Asker for ReplyAsker {
     }
 
     fn resume_point(&self, token: Value) -> futures::future::BoxFuture<'static, ()> {
-        let (hooks, hook_cx, call_id) = (
-            Arc::clone(&self.hooks),
-            self.hook_cx.clone(),
-            self.call_id.clone(),
-        );
+        let (hooks, hook_cx, call_id) = (self.hooks.upgrade(), self.hook_cx.clone(), self.call_id.clone());
         Box::pin(async move {
+            // The reply is over: nothing to keep the point for.
+            let Some(hooks) = hooks else { return };
             for (_, hook) in hooks.iter() {
                 hook.call_resumable(&hook_cx, &call_id, &token).await;
             }
