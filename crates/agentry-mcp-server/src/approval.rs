@@ -3,8 +3,11 @@
 use agentry::agent::InputAnswer;
 use agentry::tool::{ApprovalDecision, ApprovalRequest};
 use rmcp::RoleServer;
-use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema};
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest,
+};
 use rmcp::service::{ElicitationMode, Peer};
+use rmcp::task_manager::TaskContext;
 use serde_json::{Value, json};
 
 use agentry::message::truncate_chars as cut;
@@ -16,12 +19,17 @@ const PREVIEW_CHARS: usize = 2_000;
 /// The property of the elicitation form that holds the user's answer.
 const APPROVE: &str = "approve";
 
-/// Who can decide a call's approval for this client: the client through a form elicitation,
-/// or nobody.
+/// Who can decide a call's approval for this client: the client through a form elicitation
+/// (sent at once, or, for a call that runs as a task, asked through the task's input
+/// requests), or nobody.
 #[derive(Clone)]
 pub(crate) struct Approver {
     peer: Option<Peer<RoleServer>>,
+    task: Option<TaskContext>,
 }
+
+/// Keys of a task's input requests, unique over the task's life.
+static INPUT_KEYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Why a call was declined without asking anyone.
 pub(crate) const CANNOT_ASK: &str =
@@ -35,6 +43,37 @@ impl Approver {
             .contains(&ElicitationMode::Form);
         Self {
             peer: can.then(|| peer.clone()),
+            task: None,
+        }
+    }
+
+    /// The client of `peer` asked through `task`'s input requests (`input_required` in
+    /// `tasks/get`, answered with `tasks/update`), when it declared form elicitation.
+    pub(crate) fn of_task(peer: &Peer<RoleServer>, task: TaskContext) -> Self {
+        Self {
+            task: Some(task),
+            ..Self::of(peer)
+        }
+    }
+
+    /// Sends one elicitation and reads its answer.
+    async fn elicit(&self, params: ElicitRequestParams) -> Result<ElicitResult, String> {
+        let Some(peer) = &self.peer else {
+            return Err(CANNOT_ASK.to_owned());
+        };
+        let Some(task) = &self.task else {
+            return peer.create_elicitation(params).await.map_err(|e| e.to_string());
+        };
+        let key = format!(
+            "elicit-{}",
+            INPUT_KEYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let request = InputRequest::Elicitation(ElicitRequest::new(params));
+        match task.request_input(key, request).await {
+            Ok(answer) => {
+                serde_json::from_value(answer).map_err(|e| format!("an answer that is not one: {e}"))
+            }
+            Err(_) => Err("the task ended before the answer".to_owned()),
         }
     }
 
@@ -52,14 +91,14 @@ impl Approver {
         input: &Value,
         request: &ApprovalRequest,
     ) -> ApprovalDecision {
-        let Some(peer) = &self.peer else {
+        if self.peer.is_none() {
             return decline(CANNOT_ASK);
-        };
+        }
         let params = match form(agent, tool, input, request) {
             Ok(params) => params,
             Err(e) => return decline(&format!("the approval question could not be made: {e}")),
         };
-        match peer.create_elicitation(params).await {
+        match self.elicit(params).await {
             Ok(result) => decision(&result),
             Err(e) => decline(&format!("the approval question failed: {e}")),
         }
@@ -70,9 +109,9 @@ impl Approver {
     /// Asks the client to fill a form one of the agent's tools asks for (an MCP server's
     /// elicitation, passed on); cancelled when it cannot be asked or the form cannot be sent.
     pub(crate) async fn fill(&self, name: &str, message: &str, schema: Value) -> InputAnswer {
-        let Some(peer) = &self.peer else {
+        if self.peer.is_none() {
             return InputAnswer::Cancel;
-        };
+        }
         let params = serde_json::from_value::<ElicitRequestParams>(json!({
             "mode": "form",
             "message": format!("{name} asks: {message}"),
@@ -81,7 +120,7 @@ impl Approver {
         let Ok(params) = params else {
             return InputAnswer::Cancel;
         };
-        match peer.create_elicitation(params).await {
+        match self.elicit(params).await {
             Ok(result) => match result.action {
                 ElicitationAction::Accept => InputAnswer::Accept(result.content.unwrap_or_else(|| json!({}))),
                 ElicitationAction::Decline => InputAnswer::Decline,

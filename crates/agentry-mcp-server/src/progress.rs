@@ -1,9 +1,11 @@
-//! Progress notifications of one call, to a client that asked for them with a progress token.
+//! Progress of one call: notifications to a client that asked for them with a progress token,
+//! or the status message of the task the call runs as.
 
 use agentry::message::truncate_chars;
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
+use rmcp::task_manager::TaskContext;
 
 /// Longest text of one progress message; longer texts are cut (the client shows them as a
 /// status line, and the final result carries everything).
@@ -12,6 +14,7 @@ const MESSAGE_CHARS: usize = 2_000;
 /// Sends a call's progress: each message a step further.
 pub(crate) struct Progress {
     target: Option<(Peer<RoleServer>, ProgressToken)>,
+    task: Option<TaskContext>,
     sent: u32,
 }
 
@@ -23,6 +26,16 @@ impl Progress {
                 .meta
                 .get_progress_token()
                 .map(|token| (context.peer.clone(), token)),
+            task: None,
+            sent: 0,
+        }
+    }
+
+    /// Progress of a call that runs as `task`: its status message, which `tasks/get` shows.
+    pub(crate) fn of_task(task: TaskContext) -> Self {
+        Self {
+            target: None,
+            task: Some(task),
             sent: 0,
         }
     }
@@ -36,6 +49,10 @@ impl Progress {
     /// Sends `message` whole as the next step: a cancelled call's partial result, which the
     /// client gets no other way.
     pub(crate) async fn send_whole(&mut self, message: &str) {
+        if let Some(task) = &self.task {
+            task.set_status_message(message);
+            return;
+        }
         let Some((peer, token)) = &self.target else {
             return;
         };

@@ -12,7 +12,8 @@ use agentry::tool::ApprovalDecision;
 use futures::stream::FuturesUnordered;
 use futures::{Future, StreamExt};
 use rmcp::model::{CallToolResult, ContentBlock as Content, JsonObject};
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
+use rmcp::task_manager::{TaskContext, TaskExit};
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
@@ -31,6 +32,24 @@ enum Answer {
 
 type Asking = Pin<Box<dyn Future<Output = (CallId, Answer)> + Send>>;
 
+/// The reply tool's prompt, checked.
+pub(crate) fn prompt(args: &JsonObject) -> Result<String, ErrorData> {
+    match args.get("prompt").and_then(Value::as_str) {
+        Some(prompt) => Ok(prompt.to_owned()),
+        None => Err(ErrorData::invalid_params(
+            "the argument `prompt` (a string) is required",
+            None,
+        )),
+    }
+}
+
+/// A reply of a fresh agent for `prompt`, started.
+fn start(inner: &Inner, prompt: &str) -> Result<(String, ReplyRun), ErrorData> {
+    let agent = (inner.agents)()
+        .map_err(|e| ErrorData::internal_error(format!("the agent could not be made: {e}"), None))?;
+    Ok((agent.name().to_owned(), agent.start_reply(Msg::user(prompt))))
+}
+
 /// Runs the reply tool's call: the reply for `args.prompt`, until it ends or the client
 /// cancels the request.
 pub(crate) async fn run(
@@ -38,16 +57,7 @@ pub(crate) async fn run(
     args: JsonObject,
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResult, ErrorData> {
-    let Some(prompt) = args.get("prompt").and_then(Value::as_str) else {
-        return Err(ErrorData::invalid_params(
-            "the argument `prompt` (a string) is required",
-            None,
-        ));
-    };
-    let agent = (inner.agents)()
-        .map_err(|e| ErrorData::internal_error(format!("the agent could not be made: {e}"), None))?;
-    let name = agent.name().to_owned();
-    let run = agent.start_reply(Msg::user(prompt));
+    let (name, run) = start(inner, &prompt(&args)?)?;
     let mut call = ReplyCall {
         name,
         progress: Progress::of(&context),
@@ -56,7 +66,28 @@ pub(crate) async fn run(
         asking: FuturesUnordered::new(),
         cancelled: false,
     };
-    call.follow(run, &context).await
+    call.follow(run, context.ct.cancelled()).await
+}
+
+/// Runs the reply tool's call as an MCP task (the tasks extension): its status message follows
+/// the reply, approvals are the task's input requests, and `tasks/cancel` cancels the reply,
+/// whose partial result becomes the task's result.
+pub(crate) async fn run_task(
+    inner: &Inner,
+    prompt: &str,
+    peer: &Peer<RoleServer>,
+    task: TaskContext,
+) -> Result<CallToolResult, TaskExit> {
+    let (name, run) = start(inner, prompt)?;
+    let mut call = ReplyCall {
+        name,
+        progress: Progress::of_task(task.clone()),
+        approver: Approver::of_task(peer, task.clone()),
+        so_far: ReplySoFar::default(),
+        asking: FuturesUnordered::new(),
+        cancelled: false,
+    };
+    Ok(call.follow(run, task.cancelled()).await?)
 }
 
 struct ReplyCall {
@@ -71,15 +102,17 @@ struct ReplyCall {
 }
 
 impl ReplyCall {
+    /// Follows the reply until it ends; `cancel` resolving cancels it.
     async fn follow(
         &mut self,
         mut run: ReplyRun,
-        context: &RequestContext<RoleServer>,
+        cancel: impl Future<Output = ()>,
     ) -> Result<CallToolResult, ErrorData> {
+        tokio::pin!(cancel);
         loop {
             tokio::select! {
                 biased;
-                () = context.ct.cancelled(), if !self.cancelled => {
+                () = &mut cancel, if !self.cancelled => {
                     self.cancelled = true;
                     run.cancel();
                 }

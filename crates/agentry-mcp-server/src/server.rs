@@ -6,10 +6,12 @@ use std::sync::Arc;
 use agentry::agent::{AgentError, ReActAgent};
 use agentry::tool::{PermissionRules, Toolkit};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetTaskParams,
+    GetTaskResult, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
+use rmcp::task_manager::{TaskManager, TaskOptions};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
@@ -34,7 +36,15 @@ pub(crate) struct Inner {
     pub(crate) reply_tool: Tool,
     pub(crate) exposed: Option<ExposedTools>,
     pub(crate) info: Implementation,
+    /// The reply calls that run as tasks (the MCP tasks extension), of every session: their
+    /// ids are random UUIDs, known only to the client that made them.
+    pub(crate) tasks: TaskManager,
 }
+
+/// How long a task's result is kept after it ends.
+const TASK_TTL_MS: u64 = 60 * 60 * 1000;
+/// How often a client is asked to poll a task.
+const TASK_POLL_MS: u64 = 500;
 
 impl std::fmt::Debug for AgentMcpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -85,6 +95,7 @@ impl AgentMcpServer {
                 reply_tool,
                 exposed: None,
                 info: Implementation::new("agentry", env!("CARGO_PKG_VERSION")),
+                tasks: TaskManager::new(),
             }),
         })
     }
@@ -108,6 +119,7 @@ impl AgentMcpServer {
             reply_tool: self.inner.reply_tool.clone(),
             exposed: Some(ExposedTools::new(toolkit, permissions)),
             info: self.inner.info.clone(),
+            tasks: self.inner.tasks.clone(),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -137,15 +149,71 @@ impl AgentMcpServer {
     }
 }
 
+impl AgentMcpServer {
+    /// Starts the reply as a task, for a client of the tasks extension: it polls the task,
+    /// answers its input requests, and may cancel it, the partial result then being the
+    /// task's result.
+    fn reply_task(
+        &self,
+        args: &JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CreateTaskResult, ErrorData> {
+        let prompt = crate::reply::prompt(args)?;
+        let (inner, peer) = (Arc::clone(&self.inner), context.peer.clone());
+        let options = TaskOptions::new()
+            .with_ttl_ms(TASK_TTL_MS)
+            .with_poll_interval_ms(TASK_POLL_MS)
+            .with_status_message("starting");
+        let task = self.inner.tasks.spawn(options, move |task| {
+            Box::pin(async move { crate::reply::run_task(&inner, &prompt, &peer, task).await })
+        });
+        Ok(CreateTaskResult::new(task))
+    }
+}
+
 impl ServerHandler for AgentMcpServer {
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.inner
+            .tasks
+            .get_task(&request.task_id)
+            .map(GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.inner
+            .tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.inner.tasks.cancel_task(&request.task_id)
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(self.inner.info.clone())
-            .with_protocol_version(ProtocolVersion::V_2025_11_25)
-            .with_instructions(format!(
-                "Call `{}` with a prompt to have the agent answer it, using its tools.",
-                self.inner.reply_tool.name
-            ))
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(self.inner.info.clone())
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+        .with_instructions(format!(
+            "Call `{}` with a prompt to have the agent answer it, using its tools.",
+            self.inner.reply_tool.name
+        ))
     }
 
     // Up to the last revision with server-to-client requests: approvals are asked through
@@ -173,6 +241,9 @@ impl ServerHandler for AgentMcpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
         if request.name == self.inner.reply_tool.name {
+            if context.client_capabilities().is_some_and(|c| c.supports_tasks()) {
+                return self.reply_task(&args, &context).map(CallToolResponse::Task);
+            }
             return crate::reply::run(&self.inner, args, context)
                 .await
                 .map(Into::into);

@@ -5,4 +5,5 @@
 mod common;
 
 mod exposed_tools;
+mod reply_tasks;
 mod reply_tool;

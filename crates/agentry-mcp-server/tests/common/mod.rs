@@ -137,16 +137,22 @@ pub enum Elicit {
 /// rmcp's client, recording progress messages and elicitation questions.
 pub struct TestClient {
     elicit: Option<Elicit>,
+    /// Whether it declares the tasks extension.
+    tasks: bool,
     progress: mpsc::UnboundedSender<String>,
     questions: mpsc::UnboundedSender<String>,
 }
 
 impl ClientHandler for TestClient {
     fn get_info(&self) -> ClientConfig {
-        let capabilities = match self.elicit {
-            Some(_) => ClientCapabilities::builder().enable_elicitation().build(),
-            None => ClientCapabilities::default(),
-        };
+        let mut capabilities = json!({});
+        if self.elicit.is_some() {
+            capabilities["elicitation"] = json!({"form": {}});
+        }
+        if self.tasks {
+            capabilities["extensions"] = json!({ rmcp::model::TASKS_EXTENSION_ID: {} });
+        }
+        let capabilities: ClientCapabilities = serde_json::from_value(capabilities).unwrap();
         ClientConfig::new(capabilities, Implementation::new("test-client", "1"))
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
@@ -186,6 +192,11 @@ pub struct Connected {
 }
 
 pub async fn connect(server: AgentMcpServer, elicit: Option<Elicit>) -> Connected {
+    connect_with(server, elicit, false).await
+}
+
+/// [`connect`], with a client that declares the tasks extension when `tasks`.
+pub async fn connect_with(server: AgentMcpServer, elicit: Option<Elicit>, tasks: bool) -> Connected {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -196,6 +207,7 @@ pub async fn connect(server: AgentMcpServer, elicit: Option<Elicit>) -> Connecte
     let (questions_tx, questions) = mpsc::unbounded_channel();
     let handler = TestClient {
         elicit,
+        tasks,
         progress: progress_tx,
         questions: questions_tx,
     };
