@@ -141,3 +141,87 @@ async fn a_sub_agents_write_is_asked_of_the_user_naming_the_sub_agent_and_done_o
     parent.assert_no_violations();
     child.assert_no_violations();
 }
+
+/// In a session, each call's conversation of a sub-agent is a child session (`SESSION/AGENT/CALL`),
+/// stored as it goes. Killed while the sub-agent's tool runs, the next process closes the
+/// parent's call and the sub-agent's own call alike: one result for every call, at every level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_conversation_is_kept_with_the_session_and_closed_whole_after_a_crash() {
+    use crate::common::slow_tree;
+    use crate::sessions::{sessions, shown};
+    let (parent, child) = (FakeLlm::start().await, FakeLlm::start().await);
+    let home = tempfile::tempdir().unwrap();
+    slow_tree(home.path());
+    let config = home.path().join("config.json");
+    let agents = json!({"agents": {"researcher": {
+        "description": "Finds things in files",
+        "base_url": child.base_url(),
+        "tools": ["search_files"]
+    }}});
+    std::fs::write(&config, agents.to_string()).unwrap();
+    let (config, db) = (
+        config.display().to_string(),
+        home.path().join("s.db").display().to_string(),
+    );
+    let args = |fake: &FakeLlm, prompt: &str| {
+        run_args(
+            &fake.base_url(),
+            home.path(),
+            &["--no-mcp", "--config", &config, "--session", "work", "--db", &db],
+            prompt,
+        )
+    };
+    parent.push(Reply::tool_calls([Call::new(
+        "r",
+        "researcher",
+        r#"{"prompt": "Where is the fox?"}"#,
+    )]));
+    child.push(Reply::tool_calls([Call::new(
+        "s",
+        "search_files",
+        r#"{"pattern": "fox", "path": "tree"}"#,
+    )]));
+    let first = Program::start(&args(&parent, "ask the researcher"), home.path());
+    // The sub-agent's search runs (its progress shows as the parent call's).
+    first.stderr_has("researcher: search_files").await;
+    first.kill();
+    let (status, _, _) = first.finish().await;
+    assert_eq!(status.code(), None, "killed");
+
+    let child_session = "work/researcher/r";
+    let kept = shown(home.path(), child_session).await;
+    let texts = kept["messages"].to_string();
+    assert!(texts.contains("Where is the fox?"), "{kept}");
+    assert_eq!(kept["calls"][0]["call_id"], "s", "{kept}");
+
+    let next = FakeLlm::start().await;
+    next.push(Reply::text("Carrying on."));
+    let out = agentry(args(&next, "carry on"), home.path()).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    next.assert_no_violations();
+    assert!(
+        tool_message(&next, 0, "r").contains("interrupted"),
+        "the parent's call is closed"
+    );
+    // The child's conversation is whole again: its running call closed with one result.
+    let kept = shown(home.path(), child_session).await;
+    for call in kept["calls"].as_array().unwrap() {
+        assert_eq!(call["status"]["status"], "finished", "{call}");
+    }
+    let blocks: Vec<serde_json::Value> = kept["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let results = blocks
+        .iter()
+        .filter(|b| b["type"] == "tool_result" && b["id"] == "s")
+        .count();
+    assert_eq!(results, 1, "{kept}");
+    let listed = agentry(sessions(home.path(), &["list", "--json"]), home.path()).await;
+    let listed = text(&listed.stdout);
+    assert!(listed.contains(child_session), "{listed}");
+    parent.assert_no_violations();
+    child.assert_no_violations();
+}

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use agentry::agent::ReActAgentBuilder;
+use agentry::agent::{ChildStore, ReActAgentBuilder};
 
+use crate::children::ChildSessions;
 use crate::{CallRecorder, SessionMemory, SessionPlanStorage, StoreError};
 
 /// The name under which [`SessionMemory::attach`] registers its [`CallRecorder`].
@@ -19,6 +20,8 @@ impl SessionMemory {
     /// A plan notebook given to the builder
     /// ([`plan_notebook`](agentry::agent::ReActAgentBuilder::plan_notebook)) is bound to the
     /// session ([`SessionPlanStorage`]): it continues the session's plans and keeps every change.
+    /// The conversations of its sub-agents ([`AgentTool::from_builder`](agentry::agent::AgentTool::from_builder))
+    /// are kept as child sessions of this one (named `SESSION/AGENT/CALL`).
     ///
     /// Register hooks that rewrite calls before attaching, so the recorder sees the arguments
     /// as they run.
@@ -50,6 +53,7 @@ impl SessionMemory {
         }
         Ok(builder
             .memory(Arc::clone(self))
+            .extension(ChildStore(Arc::new(ChildSessions::new(Arc::clone(self)))))
             .conversation_id(self.session().id.as_str())
             .session_grants(grants.into_iter().map(crate::grants::agent_grant))
             .hook(SESSION_HOOK, CallRecorder::new(Arc::clone(self))))

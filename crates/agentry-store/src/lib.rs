@@ -44,6 +44,7 @@
 
 mod approvals;
 mod attach;
+mod children;
 mod codec;
 mod error;
 mod grants;
@@ -66,6 +67,7 @@ mod types;
 
 pub use approvals::{ApprovalRecord, ApprovalState, arguments_digest};
 pub use attach::SESSION_HOOK;
+pub use children::PARENT_KEY;
 pub use error::StoreError;
 pub use grants::{restore_grants, save_grants};
 pub use knowledge::StoredKnowledgeBase;

@@ -92,6 +92,8 @@ impl SessionMemory {
     ) -> Result<Self, StoreError> {
         let lease = store.acquire(id).await?;
         let recovered = store.recover(&lease, pending).await?;
+        // Its sub-agents' conversations stopped where it did.
+        crate::children::recover_children(&store, id, &recovered.report.interrupted).await?;
         let info = store
             .session(id)
             .await?

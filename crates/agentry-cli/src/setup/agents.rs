@@ -62,6 +62,7 @@ fn default_prompt(name: &str, description: &str) -> String {
 
 /// Registers each sub-agent of `plans` in `toolkit` as a tool named after it. Each call is a
 /// new conversation of the sub-agent: calls never share one, even from two sessions at once.
+/// In a session, the conversation is stored as a child session (`SESSION/AGENT/CALL`).
 pub async fn register_sub_agents(
     plans: &[SubAgentPlan],
     toolkit: &Toolkit,
@@ -95,7 +96,7 @@ pub async fn register_sub_agents(
             inherited.parallel,
             inherited.tool_shim,
         );
-        let agents = move || {
+        let builders = move || {
             ReActAgent::builder()
                 .name(name.clone())
                 .sys_prompt(system.clone())
@@ -105,14 +106,16 @@ pub async fn register_sub_agents(
                 .parallel_tool_calls(parallel)
                 .tool_shim(shim)
                 .permissions(permissions.clone())
-                .build()
         };
         // Built once now, so that a setting it refuses stops the command at its start.
-        agents().with_context(|| format!("the sub-agent {:?}", plan.name))?;
-        made.push(AgentTool::fresh(
+        builders()
+            .build()
+            .with_context(|| format!("the sub-agent {:?}", plan.name))?;
+        // With a session, each call's conversation is kept as a child session of it.
+        made.push(AgentTool::from_builder(
             plan.name.clone(),
             plan.description.clone(),
-            agents,
+            builders,
         ));
     }
     for tool in made {

@@ -14,7 +14,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use serde_json::{Map, Value, json};
 
-use super::{AgentError, AgentEvent, ReActAgent, ReplyRun, ReplySoFar};
+use super::{AgentError, AgentEvent, ReActAgent, ReActAgentBuilder, ReplyRun, ReplySoFar};
 use crate::CallId;
 use crate::message::Msg;
 use crate::tool::{ApprovalDecision, NestedApproval, Tool, ToolContext, ToolError, ToolResponse, ToolStream};
@@ -25,6 +25,30 @@ const CANCEL_WAIT: Duration = Duration::from_millis(80);
 
 /// Makes the agent that answers one call of an [`AgentTool::fresh`] tool.
 pub type AgentSource = Arc<dyn Fn() -> Result<ReActAgent, AgentError> + Send + Sync>;
+
+/// Makes the builder of the agent that answers one call of an [`AgentTool::from_builder`] tool.
+pub type BuilderSource = Arc<dyn Fn() -> ReActAgentBuilder + Send + Sync>;
+
+/// Keeps the conversations of a parent agent's sub-agents with the parent's session: a session
+/// store gives each call's child a memory of its own, stored beside the parent's, so that the
+/// child's calls too get exactly one result each across a crash. Installed as the parent's
+/// [`ChildStore`] extension; [`AgentTool::from_builder`] tools use it.
+#[async_trait::async_trait]
+pub trait ChildConversations: Send + Sync {
+    /// Gives `builder`, the child `agent` answering the parent's call `call_id`, its memory (and
+    /// whatever keeps it: hooks, its own `ChildStore` for its sub-agents).
+    async fn attach(
+        &self,
+        agent: &str,
+        call_id: &CallId,
+        builder: ReActAgentBuilder,
+    ) -> Result<ReActAgentBuilder, String>;
+}
+
+/// The parent agent's extension ([`ReActAgentBuilder::extension`]) through which its
+/// [`AgentTool::from_builder`] tools keep their children's conversations.
+#[derive(Clone)]
+pub struct ChildStore(pub Arc<dyn ChildConversations>);
 
 /// A [`ReActAgent`] another agent calls as a tool: made by [`ReActAgent::as_tool`] (one agent,
 /// whose conversation goes on from call to call) or [`AgentTool::fresh`] (a new agent, so a new
@@ -47,6 +71,7 @@ pub struct AgentTool {
 enum ChildAgent {
     Shared(ReActAgent),
     Fresh(AgentSource),
+    Built(BuilderSource),
 }
 
 impl std::fmt::Debug for AgentTool {
@@ -54,6 +79,7 @@ impl std::fmt::Debug for AgentTool {
         let kind = match &self.agent {
             ChildAgent::Shared(_) => "shared",
             ChildAgent::Fresh(_) => "fresh",
+            ChildAgent::Built(_) => "built",
         };
         f.debug_struct("AgentTool")
             .field("name", &self.name)
@@ -75,6 +101,40 @@ impl AgentTool {
             agent: ChildAgent::Fresh(Arc::new(agents)),
             name: name.into(),
             description: description.into(),
+        }
+    }
+
+    /// [`AgentTool::fresh`], each call's agent built from a builder of `builders`: when the
+    /// parent agent has a [`ChildStore`] (a session store's, say), the child's conversation is
+    /// kept there, with the parent's session; otherwise it lives in memory for the call.
+    pub fn from_builder(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        builders: impl Fn() -> ReActAgentBuilder + Send + Sync + 'static,
+    ) -> Self {
+        AgentTool {
+            agent: ChildAgent::Built(Arc::new(builders)),
+            name: name.into(),
+            description: description.into(),
+        }
+    }
+
+    /// The agent that answers a call of `ctx`.
+    async fn child(&self, ctx: &ToolContext) -> Result<ReActAgent, ToolError> {
+        let made = |e: String| ToolError::msg(format!("the agent `{}` could not be made: {e}", self.name));
+        match &self.agent {
+            ChildAgent::Shared(agent) => Ok(agent.clone()),
+            ChildAgent::Fresh(agents) => agents().map_err(|e| made(e.to_string())),
+            ChildAgent::Built(builders) => {
+                let mut builder = builders();
+                if let Some(ChildStore(store)) = ctx.extension::<ChildStore>() {
+                    builder = store
+                        .attach(&self.name, ctx.call_id(), builder)
+                        .await
+                        .map_err(made)?;
+                }
+                builder.build().map_err(|e| made(e.to_string()))
+            }
         }
     }
 }
@@ -124,38 +184,38 @@ impl Tool for AgentTool {
     }
 
     fn call(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext) -> ToolStream {
-        let Some(prompt) = args.get("prompt").and_then(Value::as_str) else {
+        let Some(prompt) = args.get("prompt").and_then(Value::as_str).map(str::to_owned) else {
             let error = ToolError::InvalidArguments("`prompt` must be a string".into());
             return futures::stream::once(async move { Err(error) }).boxed();
         };
-        let agent = match &self.agent {
-            ChildAgent::Shared(agent) => agent.clone(),
-            ChildAgent::Fresh(agents) => match agents() {
-                Ok(agent) => agent,
-                Err(e) => {
-                    let error = ToolError::msg(format!("the agent `{}` could not be made: {e}", self.name));
-                    return futures::stream::once(async move { Err(error) }).boxed();
-                }
-            },
-        };
-        let run = agent.start_reply(Msg::user(prompt));
         let sofar = Arc::new(SoFar::default());
         let seen = Arc::clone(&sofar);
         let name = self.name.clone();
+        // Before anything is awaited: a cancel while the child is made hands back a result too.
         ctx.set_on_cancel(move || Some(seen.when_ended(CANCEL_WAIT).cancelled_text(&name)));
-        let child = Child {
-            run: Some(run),
-            ctx,
-            sofar,
-            cancel_sent: false,
-            name: self.name.clone(),
-            asking: FuturesUnordered::new(),
+        let starting = async move {
+            let agent = match self.child(&ctx).await {
+                Ok(agent) => agent,
+                Err(e) => {
+                    sofar.update(|s| s.ended = true);
+                    return futures::stream::once(async move { Err(e) }).boxed();
+                }
+            };
+            let child = Child {
+                run: Some(agent.start_reply(Msg::user(prompt))),
+                ctx,
+                sofar,
+                cancel_sent: false,
+                name: self.name.clone(),
+                asking: FuturesUnordered::new(),
+            };
+            futures::stream::unfold(child, |mut child| async move {
+                let chunk = child.next_chunk().await?;
+                Some((chunk, child))
+            })
+            .boxed()
         };
-        futures::stream::unfold(child, |mut child| async move {
-            let chunk = child.next_chunk().await?;
-            Some((chunk, child))
-        })
-        .boxed()
+        futures::stream::once(starting).flatten().boxed()
     }
 }
 

@@ -53,7 +53,7 @@ pub mod trace;
 
 pub use crate::protocol::InputAnswer;
 pub use crate::tool::{CancelOutcome, ToolCallState};
-pub use as_tool::{AgentSource, AgentTool};
+pub use as_tool::{AgentSource, AgentTool, BuilderSource, ChildConversations, ChildStore};
 pub use builder::{DEFAULT_ON_CANCEL_LIMIT, ReActAgentBuilder};
 pub use compaction::{COMPACTION_KEY, Compaction, is_summary};
 pub use events::{AgentEvent, CancelTarget, EventStream, StopReason};
