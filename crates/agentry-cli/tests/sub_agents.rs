@@ -46,6 +46,13 @@ async fn a_sub_agent_answers_on_its_own_model_with_only_its_tools_and_its_answer
     .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("The researcher found 42."));
+    // The sub-agent's call shows nested under the parent's: the call, then its result.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(r#"    ↳ researcher: calculate({"expression":"6*7"})"#),
+        "{stderr}"
+    );
+    assert!(stderr.contains("    ↳ researcher: calculate → 42"), "{stderr}");
 
     // The parent sees the sub-agent as a tool, described as configured.
     let offered = parent.requests()[0].body["tools"].to_string();

@@ -150,3 +150,48 @@ async fn a_line_typed_while_the_reply_runs_steers_it() {
     assert_eq!(tty.exit_code(), 0);
     fake.assert_no_violations();
 }
+
+/// A sub-agent's running tool shows as a nested live line under the parent's call, and Ctrl-C
+/// cancels the parent's call, the sub-agent's tool with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_running_tool_is_a_nested_live_line() {
+    let dir = tempfile::tempdir().unwrap();
+    slow_tree(dir.path());
+    let (parent, child) = (FakeLlm::start().await, FakeLlm::start().await);
+    let config = dir.path().join("config.json");
+    let agents = serde_json::json!({"agents": {"researcher": {
+        "description": "Finds things in files",
+        "base_url": child.base_url(),
+        "tools": ["search_files"]
+    }}});
+    std::fs::write(&config, agents.to_string()).unwrap();
+    parent.push(Reply::tool_calls([Call::new(
+        "r",
+        "researcher",
+        r#"{"prompt": "Where is the needle?"}"#,
+    )]));
+    parent.push(Reply::text("Stopped."));
+    child.push(Reply::tool_calls([Call::new(
+        "s",
+        "search_files",
+        r#"{"pattern": "needle", "path": "tree"}"#,
+    )]));
+    let mut args = chat_args(&parent.base_url(), dir.path());
+    args.extend(["--config".into(), config.display().to_string()]);
+    let mut tty = Tty::start(&args, dir.path());
+    tty.shows("you> ");
+    tty.enter("ask the researcher");
+    // (Its first report, the call with its arguments, is replaced at once by its progress.)
+    tty.shows("↳ researcher: search_files ⋯ searched");
+    tty.press(keys::CTRL_C);
+    tty.shows("Stopped.");
+    assert!(
+        tool_message(&parent, 1, "r").contains("The user cancelled the search after"),
+        "the parent's model reads the sub-agent's partial result"
+    );
+    tty.shows("you> ");
+    tty.enter("/quit");
+    assert_eq!(tty.exit_code(), 0);
+    parent.assert_no_violations();
+    child.assert_no_violations();
+}

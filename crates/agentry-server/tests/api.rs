@@ -348,7 +348,15 @@ async fn a_token_is_required_off_loopback_and_checked_on_every_route() {
         .iter()
         .map(|t| t["name"].clone())
         .collect();
-    assert_eq!(names, [json!("write_note"), json!("sign_up"), json!("pages")]);
+    assert_eq!(
+        names,
+        [
+            json!("write_note"),
+            json!("sign_up"),
+            json!("pages"),
+            json!("helper")
+        ]
+    );
     assert_eq!(tools["tools"][0]["requires_approval"], true);
 }
 

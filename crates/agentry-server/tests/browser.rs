@@ -60,6 +60,15 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
     fake.push(Reply::text("Stopped reading."));
     fake.push(Reply::tool_calls([Call::new("f1", "sign_up", "{}")]));
     fake.push(Reply::text("Signed up."));
+    // The parent calls the helper, whose own model turn calls its tool, then answers.
+    fake.push(Reply::tool_calls([Call::new(
+        "h1",
+        "helper",
+        r#"{"prompt": "find it"}"#,
+    )]));
+    fake.push(Reply::tool_calls([Call::new("l1", "lookup", "{}")]));
+    fake.push(Reply::text("It is found."));
+    fake.push(Reply::text("The helper found it."));
 
     let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/browser-shots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -89,6 +98,8 @@ async fn the_page_streams_approves_declines_cancels_and_reloads_the_same_history
         .clone();
     assert_eq!(last["content"], "only the first chapter", "{last}");
     assert!(shots.join("mid-cancel.png").exists());
+    assert_eq!(tool_result(fake, 9, "l1"), "found <b>it</b>");
+    assert_eq!(tool_result(fake, 10, "h1"), "It is found.");
     let signed = tool_result(fake, 6, "f1");
     assert!(
         signed.contains(r#""name":"Ada""#)

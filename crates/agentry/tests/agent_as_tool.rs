@@ -250,3 +250,64 @@ async fn cancelling_the_parents_call_withdraws_the_childs_question_and_its_call_
     parent_llm.assert_no_violations();
     child_llm.assert_no_violations();
 }
+
+/// A child's tool calls are reported under the parent's call, each a nested line of its own
+/// (`ToolProgress` with `nested: true`, the child's call id as its id): the call, then its
+/// result. A `from_builder` tool without a store keeps the child's conversation in memory.
+#[tokio::test]
+async fn a_childs_tool_calls_are_reported_nested_under_the_parents_call() {
+    let (parent_llm, child_llm) = (FakeLlm::start().await, FakeLlm::start().await);
+    let child_url = child_llm.base_url();
+    let child_tools = Toolkit::new();
+    child_tools
+        .register(agentry::tool::FunctionTool::new(
+            "lookup",
+            "Looks up.",
+            serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            |_, _| agentry::tool::once(async { "found in volume 2".to_owned() }),
+        ))
+        .unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register(agentry::agent::AgentTool::from_builder(
+            "researcher",
+            "Looks things up",
+            move || crate::common::builder_at(&child_url, child_tools.clone()),
+        ))
+        .unwrap();
+    let parent = agent(&parent_llm, true, toolkit);
+    parent_llm.push(researcher_call("where is it?"));
+    parent_llm.push(Reply::text("In volume 2."));
+    child_llm.push(Reply::tool_calls([Call::new("k1", "lookup", r#"{"q": "it"}"#)]));
+    child_llm.push(Reply::text("Volume 2."));
+
+    let (_, driver) = Driver::go(&parent);
+    let (reply, events) = driver.finish().await;
+    reply.unwrap();
+    let nested: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolProgress {
+                call_id,
+                id: Some(id),
+                message,
+                nested: true,
+                ..
+            } if call_id == "c1" => Some((id.clone(), message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        nested,
+        [
+            ("k1".to_owned(), r#"researcher: lookup({"q":"it"})"#.to_owned()),
+            (
+                "k1".to_owned(),
+                "researcher: lookup → found in volume 2".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(result_of(&parent, "c1").await, "Volume 2.");
+    parent_llm.assert_no_violations();
+    child_llm.assert_no_violations();
+}

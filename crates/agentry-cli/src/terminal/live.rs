@@ -36,7 +36,13 @@ struct LiveCall {
     /// "name(arguments)", shortened and escaped.
     call: String,
     phase: Phase,
+    /// The calls it makes of its own (a sub-agent's), a line each under it, by id: the most
+    /// recent [`NESTED_LINES`].
+    nested: Vec<(String, ProgressBar)>,
 }
+
+/// The most lines of nested calls shown under a call.
+const NESTED_LINES: usize = 6;
 
 /// The live lines of one terminal.
 pub struct Live {
@@ -115,6 +121,7 @@ impl Live {
                     bar,
                     call: String::new(),
                     phase: Phase::Written,
+                    nested: Vec::new(),
                 });
                 self.calls.len() - 1
             }
@@ -156,21 +163,54 @@ impl Live {
         self.tick();
     }
 
-    /// Call `id` is over: its line goes.
+    /// Call `id` reported on a call of its own (`nested` names it): its line under the call.
+    pub fn nested(&mut self, id: &str, nested: &str, message: &str) {
+        let text = format!("  ↳ {}", sanitize::summary(message, LIVE_CHARS));
+        let Some(live) = self.calls.iter_mut().find(|c| c.id == id) else {
+            return;
+        };
+        if let Some((_, bar)) = live.nested.iter().find(|(n, _)| n == nested) {
+            bar.set_message(text);
+        } else {
+            let after = live.nested.last().map(|(_, bar)| bar).unwrap_or(&live.bar);
+            let style = ProgressStyle::with_template("{wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+            let bar = self
+                .multi
+                .insert_after(after, ProgressBar::new_spinner().with_style(style));
+            bar.set_message(text);
+            live.nested.push((nested.to_owned(), bar));
+            if live.nested.len() > NESTED_LINES {
+                let (_, oldest) = live.nested.remove(0);
+                oldest.finish_and_clear();
+                self.multi.remove(&oldest);
+            }
+        }
+        self.tick();
+    }
+
+    /// Call `id` is over: its lines go.
     pub fn call_finished(&mut self, id: &str) {
         if let Some(at) = self.calls.iter().position(|c| c.id == id) {
             let live = self.calls.remove(at);
-            live.bar.finish_and_clear();
-            self.multi.remove(&live.bar);
+            self.remove(live);
         }
+    }
+
+    fn remove(&self, live: LiveCall) {
+        for (_, bar) in live.nested {
+            bar.finish_and_clear();
+            self.multi.remove(&bar);
+        }
+        live.bar.finish_and_clear();
+        self.multi.remove(&live.bar);
     }
 
     /// The reply is over: every line goes.
     pub fn clear(&mut self) {
         self.model_answers();
-        for live in self.calls.drain(..) {
-            live.bar.finish_and_clear();
-            self.multi.remove(&live.bar);
+        for live in std::mem::take(&mut self.calls) {
+            self.remove(live);
         }
     }
 
@@ -202,6 +242,9 @@ impl Live {
             live.bar.set_message(message);
             live.bar.set_prefix(prefix);
             live.bar.tick();
+            for (_, bar) in &live.nested {
+                bar.tick();
+            }
         }
     }
 

@@ -173,6 +173,19 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 );
                 Ok(())
             }
+            AgentEvent::ToolProgress {
+                call_id,
+                id: Some(id),
+                message,
+                nested: true,
+                ..
+            } => match &mut self.live {
+                Some(live) => {
+                    live.nested(call_id, id, message);
+                    Ok(())
+                }
+                None => self.nested(message),
+            },
             AgentEvent::ToolProgress { call_id, message, .. } => match &mut self.live {
                 Some(live) => {
                     live.progress(call_id, message);
@@ -294,6 +307,17 @@ impl<O: Write, E: Write> Renderer<O, E> {
             "  ⋯ {name}: {}",
             sanitize::summary(message, SUMMARY_CHARS)
         ));
+        writeln!(self.err, "{line}")?;
+        self.err.flush()
+    }
+
+    /// A call's call of its own (a sub-agent's), indented under it; every report is shown, they
+    /// are few (its start, its progress, its result).
+    fn nested(&mut self, message: &str) -> io::Result<()> {
+        self.end_line()?;
+        let line = self
+            .style
+            .dim(&format!("    ↳ {}", sanitize::summary(message, SUMMARY_CHARS)));
         writeln!(self.err, "{line}")?;
         self.err.flush()
     }

@@ -166,6 +166,19 @@ function bubble(msg) {
   return node;
 }
 
+// A call's call of its own (a sub-agent's tool call): a line under the card, one per nested
+// call, replaced by its later reports. Text only: what a model or a tool says never runs as HTML.
+function showNested(node, id, message) {
+  const list = node.querySelector(".nested");
+  let line = Array.from(list.children).find((li) => li.dataset.id === id);
+  if (!line) {
+    line = el("li", "");
+    line.dataset.id = id;
+    list.append(line);
+  }
+  line.textContent = message;
+}
+
 function card(callId, name) {
   let node = state.cards.get(callId);
   if (!node) {
@@ -176,7 +189,7 @@ function card(callId, name) {
     cancel.hidden = true;
     cancel.addEventListener("click", () => cancelCall(callId, cancel));
     head.append(el("span", "name", name || "tool"), el("span", "state", "written"), cancel);
-    node.append(head, el("pre", "args"), el("div", "progress"), el("pre", "result"));
+    node.append(head, el("pre", "args"), el("div", "progress"), el("ul", "nested"), el("pre", "result"));
     state.cards.set(callId, node);
     $("transcript").append(node);
   }
@@ -263,7 +276,11 @@ function handle(event) {
       break;
     }
     case "tool_progress":
-      card(event.call_id).querySelector(".progress").textContent = "⋯ " + event.message;
+      if (event.nested && event.id) {
+        showNested(card(event.call_id), event.id, event.message);
+      } else {
+        card(event.call_id).querySelector(".progress").textContent = "⋯ " + event.message;
+      }
       break;
     case "approval_requested":
       if (!event.automatic) {

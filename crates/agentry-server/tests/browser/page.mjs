@@ -112,6 +112,16 @@ try {
   check(!(await page.locator("#input").evaluate((d) => d.open)), "the form closed once answered");
   await page.waitForSelector(".msg.assistant >> text=Signed up.", WAIT);
 
+  // A sub-agent: its own tool calls show nested under the parent's card, as text.
+  await page.fill("#prompt", "ask the helper");
+  await page.press("#prompt", "Enter");
+  await page.waitForSelector(".msg.assistant >> text=The helper found it.", WAIT);
+  const nested = await page.locator(".card[data-call=h1] .nested li").allTextContents();
+  check(nested.length === 1, "one nested line per call of the sub-agent: " + JSON.stringify(nested));
+  check(nested[0].startsWith("helper: lookup → found <b>it</b>"), "the nested call's result: " + nested[0]);
+  check(await page.locator(".card .nested b").count() === 0, "no element made from a nested result");
+  await page.screenshot({ path: shots + "/nested.png" });
+
   check(scripts.length === 0, "no dialog, script or page error: " + scripts.join("; "));
   console.log("ok");
 } finally {

@@ -144,6 +144,30 @@ impl Harness {
             )
             .unwrap(),
         );
+        // A sub-agent on the same model, with a tool of its own: its calls show under the
+        // parent's card.
+        let helper_tools = Toolkit::new();
+        helper_tools
+            .register(FunctionTool::new(
+                "lookup",
+                "Looks a thing up.",
+                json!({"type": "object", "properties": {}}),
+                |_, _| once(async { "found <b>it</b>".to_owned() }),
+            ))
+            .unwrap();
+        let helper_model = Arc::clone(&model);
+        tools
+            .register(agentry::agent::AgentTool::from_builder(
+                "helper",
+                "Looks things up.",
+                move || {
+                    ReActAgent::builder()
+                        .name("helper")
+                        .model(Arc::clone(&helper_model) as Arc<dyn agentry::model::ChatModel>)
+                        .toolkit(helper_tools.clone())
+                },
+            ))
+            .unwrap();
         let agent_tools = tools.clone();
         let server = Server::new(
             store,

@@ -500,18 +500,21 @@ impl ReplyCx<'_> {
         // Weak: a tool that keeps its context must not keep the reply's event stream open.
         let active = Arc::downgrade(&self.active);
         let events = Arc::clone(&self.inner.events);
-        Some(Arc::new(move |call_id: &str, id: Option<&str>, message: &str| {
-            let Some(active) = active.upgrade() else { return };
-            active.emit(
-                &events,
-                AgentEvent::ToolProgress {
-                    reply_id: active.reply_id.clone(),
-                    call_id: call_id.into(),
-                    id: id.map(str::to_owned),
-                    message: message.to_owned(),
-                },
-            );
-        }))
+        Some(Arc::new(
+            move |call_id: &str, id: Option<&str>, message: &str, nested: bool| {
+                let Some(active) = active.upgrade() else { return };
+                active.emit(
+                    &events,
+                    AgentEvent::ToolProgress {
+                        reply_id: active.reply_id.clone(),
+                        call_id: call_id.into(),
+                        id: id.map(str::to_owned),
+                        message: message.to_owned(),
+                        nested,
+                    },
+                );
+            },
+        ))
     }
 
     /// How call `call_id` asks the user what it needs: through this reply.

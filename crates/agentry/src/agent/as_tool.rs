@@ -23,6 +23,11 @@ use crate::tool::{ApprovalDecision, NestedApproval, Tool, ToolContext, ToolError
 /// child had so far: within the parent's `on_cancel` budget (100 ms by default).
 const CANCEL_WAIT: Duration = Duration::from_millis(80);
 
+/// Characters of a nested call's arguments, progress or result shown on its line.
+const NESTED_CHARS: usize = 200;
+/// The least time between two progress reports of one nested call that are passed on.
+const NESTED_EVERY: Duration = Duration::from_secs(1);
+
 /// Makes the agent that answers one call of an [`AgentTool::fresh`] tool.
 pub type AgentSource = Arc<dyn Fn() -> Result<ReActAgent, AgentError> + Send + Sync>;
 
@@ -208,6 +213,8 @@ impl Tool for AgentTool {
                 cancel_sent: false,
                 name: self.name.clone(),
                 asking: FuturesUnordered::new(),
+                calls: std::collections::HashMap::new(),
+                reported: std::collections::HashMap::new(),
             };
             futures::stream::unfold(child, |mut child| async move {
                 let chunk = child.next_chunk().await?;
@@ -261,6 +268,10 @@ struct Child {
     name: String,
     /// The child's approval questions, asked of the parent's user.
     asking: FuturesUnordered<BoxFuture<'static, (CallId, ApprovalDecision)>>,
+    /// The tool of each of the child's calls, by call id.
+    calls: std::collections::HashMap<CallId, String>,
+    /// When each nested call's progress was last passed on.
+    reported: std::collections::HashMap<String, std::time::Instant>,
 }
 
 impl Child {
@@ -303,9 +314,57 @@ impl Child {
             return Some(ToolResponse::partial(text));
         }
         match event {
-            AgentEvent::ToolStarted { call_id, name, .. } => {
+            // The child's calls, each a line of its own under the parent's call.
+            AgentEvent::ToolStarted {
+                call_id, name, input, ..
+            } => {
+                let args = crate::message::truncate_chars(&input.to_string(), NESTED_CHARS);
                 self.ctx
-                    .report(format!("{}: {name}", self.name), Some(call_id.as_str()));
+                    .report_nested(call_id.as_str(), format!("{}: {name}({args})", self.name));
+                self.calls.insert(call_id, name);
+                None
+            }
+            AgentEvent::ToolProgress {
+                call_id,
+                id,
+                message,
+                nested,
+                ..
+            } => {
+                // At most one report a second per nested call: its start and its result always show.
+                let key = format!("{call_id}.{}", id.as_deref().unwrap_or_default());
+                let now = std::time::Instant::now();
+                if self
+                    .reported
+                    .get(&key)
+                    .is_some_and(|at| now.duration_since(*at) < NESTED_EVERY)
+                {
+                    return None;
+                }
+                self.reported.insert(key, now);
+                let message = crate::message::truncate_chars(&message, NESTED_CHARS);
+                match (nested, id) {
+                    // A grandchild's call: under its own id, within this child's call.
+                    (true, Some(id)) => self
+                        .ctx
+                        .report_nested(&format!("{call_id}.{id}"), format!("{}: {message}", self.name)),
+                    _ => {
+                        let tool = self.calls.get(&call_id).map(String::as_str).unwrap_or("tool");
+                        self.ctx
+                            .report_nested(call_id.as_str(), format!("{}: {tool} ⋯ {message}", self.name));
+                    }
+                }
+                None
+            }
+            AgentEvent::Message { msg, last: true } if msg.role != crate::message::Role::Assistant => {
+                for result in msg.tool_results() {
+                    let mark = if result.is_error { "✗" } else { "→" };
+                    let text = crate::message::truncate_chars(&result.text(), NESTED_CHARS);
+                    self.ctx.report_nested(
+                        result.id.as_str(),
+                        format!("{}: {} {mark} {text}", self.name, result.name),
+                    );
+                }
                 None
             }
             AgentEvent::ApprovalRequested {

@@ -74,6 +74,10 @@ pub enum AgentEvent {
         id: Option<String>,
         /// The progress text.
         message: String,
+        /// The report is about a call this call makes on its own behalf (a sub-agent's tool
+        /// call, named by `id`): shown as a line of its own under the call.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        nested: bool,
     },
     /// A call needs approval; answer with [`AgentHandle::decide`](crate::agent::AgentHandle::decide).
     /// `automatic` requests are decided already (auto-approval or a session grant, A7).

@@ -127,6 +127,7 @@ mod tests {
                 call_id: "c1".into(),
                 id: Some("p".into()),
                 message: "half".into(),
+                nested: false,
             },
             AgentEvent::ApprovalRequested {
                 reply_id: "r".into(),
@@ -210,7 +211,35 @@ mod tests {
                 call_id: "c1.form".into(),
                 answer: InputAnswer::Accept(serde_json::json!({"name": "Ada"})),
             },
+            AgentEvent::ToolProgress {
+                reply_id: "r".into(),
+                call_id: "c1".into(),
+                id: Some("k1".into()),
+                message: "researcher: search_files".into(),
+                nested: true,
+            },
         ]
+    }
+
+    #[test]
+    fn a_nested_report_says_so_and_a_plain_one_does_not() {
+        let events = every_event();
+        let nested = events.iter().rev().find_map(|e| match e {
+            AgentEvent::ToolProgress { nested: true, .. } => Some(round_trip(e)),
+            _ => None,
+        });
+        assert_eq!(
+            nested,
+            Some(
+                json!({"type": "tool_progress", "reply_id": "r", "call_id": "c1", "id": "k1",
+                        "message": "researcher: search_files", "nested": true})
+            )
+        );
+        let plain = events.iter().find_map(|e| match e {
+            AgentEvent::ToolProgress { nested: false, .. } => Some(round_trip(e)),
+            _ => None,
+        });
+        assert!(plain.is_some_and(|p| p.get("nested").is_none()));
     }
 
     #[test]

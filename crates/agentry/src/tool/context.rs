@@ -15,8 +15,8 @@ use super::extensions::Extensions;
 use crate::model::ChatUsage;
 use crate::protocol::InputAnswer;
 
-/// Receives `report()` progress: call id, report id, message.
-pub(crate) type ProgressFn = Arc<dyn Fn(&str, Option<&str>, &str) + Send + Sync>;
+/// Receives `report()` progress: call id, report id, message, whether it is about a nested call.
+pub(crate) type ProgressFn = Arc<dyn Fn(&str, Option<&str>, &str, bool) + Send + Sync>;
 
 /// Receives `report_usage()`: what a tool's own model calls used.
 pub(crate) type UsageFn = Arc<dyn Fn(&ChatUsage) + Send + Sync>;
@@ -300,9 +300,21 @@ impl ToolContext {
     /// (X11, X13). A report also renews a timeout that progress may extend (T4).
     pub fn report(&self, message: impl AsRef<str>, id: Option<&str>) {
         let message = message.as_ref();
+        self.emit_progress(id, message, false);
+    }
+
+    /// Reports a call this call makes on its own behalf (a sub-agent's tool call), as a line of
+    /// its own under this call: a `ToolProgress` with `nested: true` and `id` naming the nested
+    /// call, so that each report of that call replaces its line. Like [`Self::report`]: never
+    /// sent to the model, dropped after a cancel, and it renews a timeout progress extends.
+    pub fn report_nested(&self, id: &str, message: impl AsRef<str>) {
+        self.emit_progress(Some(id), message.as_ref(), true);
+    }
+
+    fn emit_progress(&self, id: Option<&str>, message: &str, nested: bool) {
         self.inner.record.while_running(|| {
             if let Some(progress) = &self.inner.progress {
-                progress(&self.inner.record.call_id, id, message);
+                progress(&self.inner.record.call_id, id, message, nested);
             }
         });
     }
