@@ -223,7 +223,7 @@ async fn a_changed_tool_list_is_picked_up_and_removal_takes_the_tools_away() {
         call(&toolkit, "extra", json!({})).await.text_content(),
         "extra here"
     );
-    assert_eq!(toolkit.remove_mcp_client("test"), 7);
+    assert_eq!(toolkit.remove_mcp_client("test"), 8);
     assert!(toolkit.tool_names().is_empty(), "{:?}", toolkit.tool_names());
     let gone = call(&toolkit, "echo", json!({"text": "x"})).await;
     assert!(gone.is_error && gone.text_content().contains("echo"), "{gone:?}");

@@ -208,3 +208,39 @@ async fn an_elicitation_form_is_asked_of_the_user_checked_against_its_schema_and
         fake.assert_no_violations();
     }
 }
+
+/// M8: a server that cancels a request it sent us (here a form) has the question withdrawn
+/// from the user (`ApprovalWithdrawn` for its id); an answer to it afterwards is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn m8_a_question_the_server_cancels_is_withdrawn_from_the_user() {
+    use agentry::agent::{InputAnswer, InputError};
+    let (client, toolkit) = connected(peers::test_server(&[])).await;
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::tool_calls([Call::new("q", "ask_withdrawn", "{}")]));
+    fake.push(Reply::text("Fine."));
+    let agent = agent(&fake, true, toolkit);
+    let (handle, mut driver) = Driver::go(&agent);
+    let asked = driver
+        .wait_for("the form", |e| matches!(e, AgentEvent::InputRequested { .. }))
+        .await;
+    let AgentEvent::InputRequested { call_id, .. } = asked else {
+        unreachable!()
+    };
+    // The test server cancels its request when pinged.
+    within("the ping", client.ping()).await.unwrap();
+    let asked_id = call_id.clone();
+    driver
+        .wait_for(
+            "the withdrawal",
+            move |e| matches!(e, AgentEvent::ApprovalWithdrawn { call_id, .. } if *call_id == asked_id),
+        )
+        .await;
+    assert!(matches!(
+        handle.answer_input(call_id, InputAnswer::Decline),
+        Err(InputError::NotPending(_))
+    ));
+    driver.finish().await.0.unwrap();
+    assert_eq!(tool_message(&fake, 1, "q"), "the question was withdrawn");
+    client.close().await;
+    fake.assert_no_violations();
+}

@@ -10,7 +10,8 @@
 //! `stubborn {seconds}` (the same, but it ignores cancels and answers anyway, saying so on
 //! stderr), all three annotated read-only; `crash` (the process exits in the middle of the call), `grow` (adds
 //! the tool `extra` and announces `tools/list_changed`), `noisy {lines}` (floods stderr, then
-//! answers), and `extra` once grown.
+//! answers), `ask_withdrawn` (asks the client a form, then cancels that request once the client
+//! pings, and says whether it had an answer), and `extra` once grown.
 //!
 //! Modes for careless servers: `--hang-list` never answers `tools/list`; `--endless-pages`
 //! answers every `tools/list` with one tool and a new `nextCursor`; `--ignore-stdin-close` keeps
@@ -38,6 +39,8 @@ use serde_json::{Map, Value, json};
 #[derive(Clone, Default)]
 struct TestServer {
     grown: Arc<AtomicBool>,
+    /// Woken by every `ping`.
+    pinged: Arc<tokio::sync::Notify>,
     hang_list: bool,
     endless_pages: bool,
     pages: Arc<AtomicU64>,
@@ -92,6 +95,11 @@ impl TestServer {
             ),
             Tool::new("grow", "Adds the tool extra.", schema(json!({"type": "object"}))),
             Tool::new(
+                "ask_withdrawn",
+                "Asks a form, then cancels the question once pinged.",
+                schema(json!({"type": "object"})),
+            ),
+            Tool::new(
                 "noisy",
                 "Writes many lines to stderr, then answers.",
                 schema(json!({"type": "object", "properties": {"lines": {"type": "integer"}}})),
@@ -113,6 +121,11 @@ fn text(s: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
 }
 
 impl ServerHandler for TestServer {
+    async fn ping(&self, _context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        self.pinged.notify_waiters();
+        Ok(())
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -206,6 +219,27 @@ impl ServerHandler for TestServer {
                 text("grown")
             }
             "extra" => text("extra here"),
+            "ask_withdrawn" => {
+                let request = serde_json::from_value(json!({
+                    "method": "elicitation/create",
+                    "params": {"mode": "form", "message": "Your name?", "requestedSchema":
+                        {"type": "object", "properties": {"name": {"type": "string"}}}}
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                // Listening before the question goes out: the client's ping answers it.
+                let pinged = self.pinged.notified();
+                tokio::pin!(pinged);
+                pinged.as_mut().enable();
+                let handle = context
+                    .peer
+                    .send_cancellable_request(request, rmcp::service::PeerRequestOptions::no_options())
+                    .await
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                pinged.await;
+                eprintln!("cancelling the question");
+                let _ = handle.cancel(Some("no longer needed".into())).await;
+                text("the question was withdrawn")
+            }
             "noisy" => {
                 // Far more than a pipe buffer: a client that does not read stderr blocks us here.
                 let lines = args.get("lines").and_then(Value::as_u64).unwrap_or(20_000);

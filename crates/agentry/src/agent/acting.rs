@@ -740,6 +740,12 @@ impl Asker for ReplyAsker {
         }
     }
 
+    fn withdraw(&self, question: &str) {
+        if let Some(active) = self.active.upgrade() {
+            active.withdraw_question(&self.events, &self.call_id, question);
+        }
+    }
+
     fn resume_point(&self, token: Value) -> futures::future::BoxFuture<'static, ()> {
         let (hooks, hook_cx, call_id) = (self.hooks.upgrade(), self.hook_cx.clone(), self.call_id.clone());
         Box::pin(async move {

@@ -405,6 +405,21 @@ impl ActiveReply {
         Ok(())
     }
 
+    /// Withdraws question `question` of call `asker` if it is still open: whoever asked it
+    /// stopped waiting (an MCP server cancelled its request, M8).
+    pub(crate) fn withdraw_question(&self, hub: &EventHub, asker: &CallId, question: &str) {
+        let id = format!("{asker}.{question}");
+        if self.state().questions.remove(id.as_str()).is_some() {
+            self.emit(
+                hub,
+                AgentEvent::ApprovalWithdrawn {
+                    reply_id: self.reply_id.clone(),
+                    call_id: id.into(),
+                },
+            );
+        }
+    }
+
     /// Withdraws the open questions of call `asker` (it was cancelled, P2).
     fn withdraw_questions(&self, hub: &EventHub, asker: &CallId) {
         let withdrawn: Vec<CallId> = {

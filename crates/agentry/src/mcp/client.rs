@@ -72,6 +72,19 @@ impl Shared {
     }
 }
 
+/// Runs a request of the server's until it answers or the server cancels it (M8): the question
+/// it put to the user is then withdrawn (dropping it does that), and the answer is an error
+/// nobody reads.
+async fn until_cancelled<T>(
+    context: &rmcp::service::RequestContext<RoleClient>,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, rmcp::ErrorData> {
+    tokio::select! {
+        done = work => Ok(done),
+        () = context.ct.cancelled() => Err(rmcp::ErrorData::internal_error("the server cancelled the request", None)),
+    }
+}
+
 pub(crate) fn token_key(token: &ProgressToken) -> String {
     serde_json::to_string(token).unwrap_or_default()
 }
@@ -115,23 +128,24 @@ impl ClientHandler for Handler {
     async fn create_message(
         &self,
         params: rmcp::model::CreateMessageRequestParams,
-        _context: rmcp::service::RequestContext<RoleClient>,
+        context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
         let params = serde_json::to_value(&params).unwrap_or_default();
         let model = self.shared.sampler().clone();
         let caller = self.shared.in_flight.latest();
-        let result = server_requests::sample(&self.server, self.sampling, model, caller, params).await?;
+        let sampled = server_requests::sample(&self.server, self.sampling, model, caller, params);
+        let result = until_cancelled(&context, sampled).await??;
         serde_json::from_value(result).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
     }
 
     async fn create_elicitation(
         &self,
         request: rmcp::model::ElicitRequestParams,
-        _context: rmcp::service::RequestContext<RoleClient>,
+        context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
         let params = serde_json::to_value(&request).unwrap_or_default();
         let caller = self.shared.in_flight.latest();
-        let result = server_requests::elicit(&self.server, caller, params).await;
+        let result = until_cancelled(&context, server_requests::elicit(&self.server, caller, params)).await?;
         serde_json::from_value(result).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
     }
 

@@ -25,11 +25,39 @@ pub(crate) type UsageFn = Arc<dyn Fn(&ChatUsage) + Send + Sync>;
 pub(crate) trait Asker: Send + Sync {
     fn approval(&self, question: NestedApproval) -> oneshot::Receiver<ApprovalDecision>;
     fn input(&self, question: InputQuestion) -> oneshot::Receiver<InputAnswer>;
+    /// The asker of question `question` (its id within the call) stopped waiting: it goes.
+    fn withdraw(&self, question: &str);
     /// Keeps how the running call can be found again (the agent's hooks, a session store).
     fn resume_point(&self, token: Value) -> futures::future::BoxFuture<'static, ()>;
 }
 
 pub(crate) type AskFn = Arc<dyn Asker>;
+
+/// A question asked and not answered yet: dropped so (its asker stopped waiting for it), it is
+/// withdrawn from the user.
+struct OpenQuestion {
+    ask: Option<(AskFn, String)>,
+}
+
+impl OpenQuestion {
+    fn new(ask: &AskFn, question: &str) -> Self {
+        Self {
+            ask: Some((Arc::clone(ask), question.to_owned())),
+        }
+    }
+
+    fn answered(mut self) {
+        self.ask = None;
+    }
+}
+
+impl Drop for OpenQuestion {
+    fn drop(&mut self) {
+        if let Some((ask, question)) = self.ask.take() {
+            ask.withdraw(&question);
+        }
+    }
+}
 
 /// Input a running call asks the agent's user for (an MCP server's elicitation form).
 #[derive(Debug, Clone)]
@@ -183,15 +211,24 @@ impl ToolContext {
         &self,
         question: NestedApproval,
     ) -> impl Future<Output = ApprovalDecision> + Send + 'static {
+        let open = self
+            .inner
+            .ask
+            .as_ref()
+            .map(|ask| OpenQuestion::new(ask, &question.id));
         let answer = self.inner.ask.as_ref().map(|ask| ask.approval(question));
         async move {
             let no_decision = || ApprovalDecision::Decline {
                 reason: Some("no decision".to_owned()),
             };
-            match answer {
+            let decision = match answer {
                 Some(answer) => answer.await.unwrap_or_else(|_| no_decision()),
                 None => no_decision(),
+            };
+            if let Some(open) = open {
+                open.answered();
             }
+            decision
         }
     }
 
@@ -201,12 +238,21 @@ impl ToolContext {
     /// answer checked against the schema. [`InputAnswer::Cancel`] when nobody can answer:
     /// outside an agent, or once this call is cancelled (the question is then withdrawn).
     pub fn ask_input(&self, question: InputQuestion) -> impl Future<Output = InputAnswer> + Send + 'static {
+        let open = self
+            .inner
+            .ask
+            .as_ref()
+            .map(|ask| OpenQuestion::new(ask, &question.id));
         let answer = self.inner.ask.as_ref().map(|ask| ask.input(question));
         async move {
-            match answer {
+            let answer = match answer {
                 Some(answer) => answer.await.unwrap_or(InputAnswer::Cancel),
                 None => InputAnswer::Cancel,
+            };
+            if let Some(open) = open {
+                open.answered();
             }
+            answer
         }
     }
 
