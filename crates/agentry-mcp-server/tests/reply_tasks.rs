@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use agentry::tool::{ToolOptions, Toolkit};
+use agentry::tool::Toolkit;
 use agentry_testkit::{Call, FakeLlm, Reply};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, DetailedTask, GetTaskParams, TaskPayload,
@@ -12,7 +12,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{Connected, Elicit, Slow, connect_with, server, within};
+use crate::common::{Connected, Elicit, Slow, connect_with, server, slow_toolkit, within};
 
 fn ask(prompt: &str) -> CallToolRequestParams {
     CallToolRequestParams::new("ask")
@@ -62,12 +62,14 @@ fn result_text(state: &DetailedTask) -> String {
     }
 }
 
-fn slow_toolkit(slow: &Slow, approval: bool) -> Toolkit {
-    let toolkit = Toolkit::new();
-    toolkit
-        .register_with(slow.clone(), ToolOptions::new().require_approval(approval))
+/// Once the slow tool runs, cancels the task.
+async fn cancel_once_running(connected: &Connected, slow: &Slow, task_id: &str) {
+    within("the tool to start", slow.started.notified()).await;
+    connected
+        .client
+        .cancel_task(CancelTaskParams::new(task_id))
+        .await
         .unwrap();
-    toolkit
 }
 
 #[tokio::test]
@@ -91,12 +93,7 @@ async fn cancelling_the_task_stops_the_reply_and_its_partial_result_is_the_tasks
     let slow = Slow::default();
     let connected = connect_with(server(&fake, slow_toolkit(&slow, false)), None, true).await;
     let task_id = start_task(&connected, "find sources").await;
-    within("the tool to start", slow.started.notified()).await;
-    connected
-        .client
-        .cancel_task(CancelTaskParams::new(&task_id))
-        .await
-        .unwrap();
+    cancel_once_running(&connected, &slow, &task_id).await;
     let done = poll_until(&connected, &task_id, |t| {
         !matches!(t.payload, TaskPayload::Working)
     })
@@ -148,12 +145,7 @@ async fn an_approval_is_an_input_request_of_the_task_and_the_answer_decides_the_
             .unwrap();
         if approve {
             // The approved tool runs (until cancelled: it never ends by itself).
-            within("the approved tool to start", slow.started.notified()).await;
-            connected
-                .client
-                .cancel_task(CancelTaskParams::new(&task_id))
-                .await
-                .unwrap();
+            cancel_once_running(&connected, &slow, &task_id).await;
         }
         let done = poll_until(&connected, &task_id, |t| {
             !matches!(

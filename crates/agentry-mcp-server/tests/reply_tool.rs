@@ -2,20 +2,12 @@
 //! client's cancel reaching the running tool with the partial result handed back, and
 //! approvals asked through elicitation, or declined at once when the client cannot be asked.
 
-use agentry::tool::{ToolOptions, Toolkit};
+use agentry::tool::Toolkit;
 use agentry_testkit::{Call, FakeLlm, Reply};
 use rmcp::model::{CallToolRequestParams, ServerResult};
 use serde_json::json;
 
-use crate::common::{Elicit, Slow, connect, server, within};
-
-fn slow_toolkit(slow: &Slow, approval: bool) -> Toolkit {
-    let toolkit = Toolkit::new();
-    toolkit
-        .register_with(slow.clone(), ToolOptions::new().require_approval(approval))
-        .unwrap();
-    toolkit
-}
+use crate::common::{Elicit, Slow, connect, server, slow_toolkit, within};
 
 fn search_call() -> Reply {
     Reply::tool_calls([Call::new("c1", "slow_search", "{}")])

@@ -5,23 +5,13 @@
 use std::sync::Arc;
 
 use agentry::agent::AgentEvent;
-use agentry::mcp::{McpClient, McpServerConfig, McpToolOptions, SamplingPolicy};
+use agentry::mcp::SamplingPolicy;
 use agentry::message::Msg;
-use agentry::tool::{ApprovalDecision, Toolkit};
+use agentry::tool::ApprovalDecision;
 use agentry_testkit::{Call, FakeLlm, Reply};
 
 use crate::common::probe::Driver;
-use crate::common::{agent, model, peers, tool_message, within};
-
-async fn connected(config: McpServerConfig) -> (McpClient, Toolkit) {
-    let client = within("the server", McpClient::connect(config)).await.unwrap();
-    let toolkit = Toolkit::new();
-    toolkit
-        .register_mcp_client(&client, McpToolOptions::new().trust(true))
-        .await
-        .unwrap();
-    (client, toolkit)
-}
+use crate::common::{agent, connected, model, peers, tool_message, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_is_told_the_working_directory_as_its_root() {

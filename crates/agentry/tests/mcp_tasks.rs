@@ -6,24 +6,13 @@
 use std::time::Duration;
 
 use agentry::agent::{AgentEvent, InputAnswer};
-use agentry::mcp::{McpClient, McpServerConfig, McpToolOptions, TaskSupport};
-use agentry::tool::Toolkit;
+use agentry::mcp::{McpServerConfig, TaskSupport};
 use agentry_testkit::{Call, FakeLlm, Reply};
 
 use crate::common::probe::Driver;
-use crate::common::{agent, peers, tool_message, within};
+use crate::common::{agent, connected, peers, tool_message, within};
 
 const RESEARCH: &str = "simulate-research-query";
-
-async fn connected(config: McpServerConfig) -> (McpClient, Toolkit) {
-    let client = within("the server", McpClient::connect(config)).await.unwrap();
-    let toolkit = Toolkit::new();
-    toolkit
-        .register_mcp_client(&client, McpToolOptions::new().trust(true))
-        .await
-        .unwrap();
-    (client, toolkit)
-}
 
 fn research(fake: &FakeLlm, args: &str) {
     fake.push(Reply::tool_calls([Call::new("t", RESEARCH, args)]));

@@ -134,6 +134,18 @@ pub enum Elicit {
     Refuse,
 }
 
+/// A toolkit of `slow`, which needs approval when `approval`.
+pub fn slow_toolkit(slow: &Slow, approval: bool) -> Toolkit {
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_with(
+            slow.clone(),
+            agentry::tool::ToolOptions::new().require_approval(approval),
+        )
+        .unwrap();
+    toolkit
+}
+
 /// rmcp's client, recording progress messages and elicitation questions.
 pub struct TestClient {
     elicit: Option<Elicit>,

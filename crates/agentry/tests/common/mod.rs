@@ -27,6 +27,20 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// A client of the MCP server of `config`, connected, and a toolkit of its tools (trusted: no
+/// approval asked).
+pub async fn connected(config: agentry::mcp::McpServerConfig) -> (agentry::mcp::McpClient, Toolkit) {
+    let client = within("the server", agentry::mcp::McpClient::connect(config))
+        .await
+        .unwrap();
+    let toolkit = Toolkit::new();
+    toolkit
+        .register_mcp_client(&client, agentry::mcp::McpToolOptions::new().trust(true))
+        .await
+        .unwrap();
+    (client, toolkit)
+}
+
 /// Waits until `condition` holds, checking it after each `tick` (for state only a poll can see,
 /// such as a process table), failing the test after [`DEADLINE`].
 pub async fn until(what: &str, tick: Duration, condition: impl Fn() -> bool) {
