@@ -12,8 +12,7 @@ use serde_json::{Map, Value, json};
 use super::AgentError;
 use super::approval::ApprovalPhase;
 use super::deadline::sleep_until;
-use super::events::{AgentEvent, EventHub};
-use super::handle::ActiveReply;
+use super::events::AgentEvent;
 use super::react::ReplyCx;
 use super::structured::StructuredSpec;
 use super::trace;
@@ -21,12 +20,10 @@ use crate::CallId;
 use crate::memory::{Memory, MemoryError};
 use crate::message::{ContentBlock, Msg, ToolResultBlock, ToolUseBlock};
 use crate::model::ChatUsage;
-use crate::protocol::InputAnswer;
 use crate::tool::{
-    ApprovalDecision, ApprovalRequest, AskFn, Asker, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy,
-    CallRecord, CancelCause, CancelPhase, CancelReason, DecisionSource, INTERRUPTED_RESTART, InputQuestion,
-    NestedApproval, OnCancel, PreparedCall, ProgressFn, ToolCallState, ToolContext, ToolResponse, UsageFn,
-    UserAction, declined_text, timed_out_text,
+    ApprovalRequest, AskFn, CANCELLED_BEFORE_START, CANCELLED_RUNNING, CallPolicy, CallRecord, CancelCause,
+    CancelPhase, CancelReason, DecisionSource, INTERRUPTED_RESTART, OnCancel, PreparedCall, ProgressFn,
+    ToolCallState, ToolContext, ToolResponse, UsageFn, UserAction, declined_text, timed_out_text,
 };
 
 /// Where a batch's results go in memory: right after the assistant message, in call order,
@@ -519,7 +516,7 @@ impl ReplyCx<'_> {
 
     /// How call `call_id` asks the user what it needs: through this reply.
     fn ask_fn(&self, call_id: &CallId) -> AskFn {
-        Arc::new(ReplyAsker {
+        Arc::new(super::asker::ReplyAsker {
             // Weak, as for progress: a context kept by a tool must not keep the reply alive.
             active: Arc::downgrade(&self.active),
             events: Arc::clone(&self.inner.events),
@@ -710,52 +707,6 @@ fn call_record_json(
         map.insert("finished_at".into(), json!(Utc::now().to_rfc3339()));
     }
     record
-}
-
-/// Asks the user of a reply what one of its calls needs, and hands its resume points to the
-/// hooks.
-struct ReplyAsker {
-    active: std::sync::Weak<ActiveReply>,
-    events: Arc<EventHub>,
-    call_id: CallId,
-    // Weak, as for the reply: a context kept by a tool must not keep the hooks (and the
-    // session store they hold) alive.
-    hooks: std::sync::Weak<[(String, Arc<dyn super::AgentHook>)]>,
-    hook_cx: super::HookContext,
-}
-
-impl Asker for ReplyAsker {
-    fn approval(&self, question: NestedApproval) -> tokio::sync::oneshot::Receiver<ApprovalDecision> {
-        match self.active.upgrade() {
-            Some(active) => active.ask_question(&self.events, &self.call_id, question),
-            // The reply is over: the sender drops here, and the question reads "no decision".
-            None => tokio::sync::oneshot::channel().1,
-        }
-    }
-
-    fn input(&self, question: InputQuestion) -> tokio::sync::oneshot::Receiver<InputAnswer> {
-        match self.active.upgrade() {
-            Some(active) => active.ask_input(&self.events, &self.call_id, question),
-            None => tokio::sync::oneshot::channel().1,
-        }
-    }
-
-    fn withdraw(&self, question: &str) {
-        if let Some(active) = self.active.upgrade() {
-            active.withdraw_question(&self.events, &self.call_id, question);
-        }
-    }
-
-    fn resume_point(&self, token: Value) -> futures::future::BoxFuture<'static, ()> {
-        let (hooks, hook_cx, call_id) = (self.hooks.upgrade(), self.hook_cx.clone(), self.call_id.clone());
-        Box::pin(async move {
-            // The reply is over: nothing to keep the point for.
-            let Some(hooks) = hooks else { return };
-            for (_, hook) in hooks.iter() {
-                hook.call_resumable(&hook_cx, &call_id, &token).await;
-            }
-        })
-    }
 }
 
 #[cfg(test)]

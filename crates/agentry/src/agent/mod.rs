@@ -35,6 +35,7 @@
 mod acting;
 mod approval;
 mod as_tool;
+mod asker;
 mod builder;
 mod compaction;
 mod deadline;
