@@ -5,7 +5,7 @@
 MODE is one of:
     send      resolve the agent card, send PROMPT (SendMessage), print the task
     stream    send PROMPT with SendStreamingMessage, print every event
-    cancel    stream PROMPT, cancel the task once a tool is called, print the cancelled task
+    cancel    stream PROMPT, cancel the task once a tool reports progress, print the cancelled task
     answer    send PROMPT, expect the task to ask for input, answer ANSWER in the same task,
               print both tasks
 
@@ -54,7 +54,9 @@ async def main(mode, base_url, prompt, answer):
         async for event in streaming.send_message(message(prompt)):
             seen["events"].append(MessageToDict(event))
             status = event.status_update.status if event.HasField("status_update") else None
-            if status is not None and status.message.parts and status.message.parts[0].text.startswith("calling "):
+            # Once the tool reports progress of its own (after "calling NAME"): its on_cancel exists.
+            text = status.message.parts[0].text if status is not None and status.message.parts else ""
+            if "cancelled" not in seen and text and not text.startswith("calling "):
                 cancelled = await blocking.cancel_task(CancelTaskRequest(id=event.status_update.task_id))
                 seen["cancelled"] = MessageToDict(cancelled)
         try:

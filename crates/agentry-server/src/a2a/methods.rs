@@ -37,6 +37,8 @@ pub(crate) struct Call {
 #[serde(rename_all = "camelCase")]
 struct SendParams {
     message: Message,
+    #[serde(default)]
+    configuration: SendConfiguration,
 }
 
 #[derive(Deserialize, Default)]
@@ -82,8 +84,8 @@ fn task_of(call: &Call, id: &str) -> Result<Arc<TaskEntry>, RpcError> {
 /// it is new, and its updates from before anything changed.
 async fn start_or_answer(
     call: &Call,
+    message: Message,
 ) -> Result<(Arc<TaskEntry>, bool, broadcast::Receiver<Value>), RpcError> {
-    let SendParams { message, .. } = params(&call.params)?;
     if message.role != ROLE_USER {
         return Err(RpcError::invalid_params("message.role must be ROLE_USER"));
     }
@@ -275,13 +277,12 @@ async fn start(
 /// `SendMessage`: answers once the task needs input or is over (at once with
 /// `returnImmediately`).
 pub(crate) async fn send_message(call: Call) -> Result<Value, RpcError> {
-    let configuration: SendConfiguration = call
-        .params
-        .get("configuration")
-        .and_then(|c| serde_json::from_value(c.clone()).ok())
-        .unwrap_or_default();
+    let SendParams {
+        message,
+        configuration,
+    } = params(&call.params)?;
     let history = history(configuration.history_length)?;
-    let (task, _, _) = start_or_answer(&call).await?;
+    let (task, _, _) = start_or_answer(&call, message).await?;
     if !configuration.return_immediately.unwrap_or(false) {
         let mut state = task.watch();
         let stopping = call.state.stopping.clone();
@@ -296,7 +297,11 @@ pub(crate) async fn send_message(call: Call) -> Result<Value, RpcError> {
 /// `SendStreamingMessage`: the task (when new), then its updates, until it needs input or is
 /// over. An error before the first event is a plain JSON-RPC answer.
 pub(crate) async fn send_streaming_message(call: Call) -> Response {
-    match start_or_answer(&call).await {
+    let started = match params::<SendParams>(&call.params) {
+        Ok(SendParams { message, .. }) => start_or_answer(&call, message).await,
+        Err(e) => Err(e),
+    };
+    match started {
         Ok((task, new, updates)) => {
             let first = new.then(|| json!({ "task": task.to_json(None) }));
             stream(call.id, first, task, updates)

@@ -245,6 +245,14 @@ pub(crate) async fn follow(tasks: Arc<Tasks>, task: Arc<TaskEntry>, mut events: 
         for line in status_lines(&event, RESULT_CHARS) {
             task.set_status(TaskState::Working, Some(&line), None);
         }
+        // What a running tool says of itself, as the MCP server's progress says it.
+        if let AgentEvent::ToolProgress { message, .. } = &event {
+            task.set_status(
+                TaskState::Working,
+                Some(&truncate_chars(message, RESULT_CHARS)),
+                None,
+            );
+        }
         match event {
             AgentEvent::ApprovalRequested {
                 call_id,
