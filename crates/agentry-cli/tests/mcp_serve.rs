@@ -268,6 +268,23 @@ async fn off_loopback_the_http_server_needs_a_token_and_every_request_must_carry
         text(&refused.stderr)
     );
 
+    // A token file is read as `agentry serve` reads it: user:token lines are not one token.
+    let users_file = home.path().join("users");
+    std::fs::write(&users_file, "ada:s3cret\n").unwrap();
+    let users_flag = users_file.display().to_string();
+    let args = mcp_serve_args(
+        &fake,
+        home.path(),
+        &["--addr", "0.0.0.0:0", "--token-file", &users_flag],
+    );
+    let refused = crate::common::agentry(args, home.path()).await;
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains("not a list of user:token lines"),
+        "{}",
+        text(&refused.stderr)
+    );
+
     let token_file = home.path().join("token");
     std::fs::write(&token_file, "s3cret\n").unwrap();
     let token_flag = token_file.display().to_string();

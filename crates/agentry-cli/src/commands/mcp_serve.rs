@@ -6,16 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agentry_mcp_server::{AgentMcpServer, HttpOptions, MCP_PATH};
+use agentry_server::Security;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::setup::args::AgentArgs;
 use crate::setup::plan::AgentPlan;
 use crate::setup::{DEFAULT_AGENT_NAME, Recipe, recipe};
-
-/// The environment variable holding the bearer token, when no --token-file is given (the same
-/// as `serve`'s).
-const TOKEN_ENV: &str = "AGENTRY_SERVER_TOKEN";
 
 /// `agentry mcp serve`
 #[derive(Debug, Args)]
@@ -131,31 +128,16 @@ async fn serve_http(
     Ok(())
 }
 
-/// The bearer token of `--token-file` or the environment; none is allowed only on loopback.
+/// The bearer token of `--token-file` or the environment, read as `agentry serve` reads it;
+/// none is allowed only on loopback.
 fn token(args: &McpServeArgs) -> anyhow::Result<Option<String>> {
     let Some(addr) = args.addr else {
         return Ok(None);
     };
-    let token = match &args.token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("the token file {}: {e}", path.display()))?
-                .trim()
-                .to_owned(),
-        ),
-        None => std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_owned()),
-    };
-    match token {
-        Some(token) if token.is_empty() => anyhow::bail!("the token is empty"),
-        Some(token) if token.contains(char::is_whitespace) => {
-            anyhow::bail!("the token holds white space: mcp serve takes one token, not a user:token list")
-        }
-        Some(token) => Ok(Some(token)),
-        None if addr.ip().is_loopback() => Ok(None),
-        None => anyhow::bail!(
-            "{addr} is not a loopback address: anyone who reaches it could drive the agent; give a token with \
-             --token-file FILE or {TOKEN_ENV}"
-        ),
+    match super::serve::security(args.token_file.as_deref(), addr)? {
+        Security::Token(token) => Ok(Some(token)),
+        Security::Loopback => Ok(None),
+        Security::Users(_) => anyhow::bail!("mcp serve takes one token, not a list of user:token lines"),
     }
 }
 

@@ -48,8 +48,11 @@ pub struct ServeArgs {
     pub unload_idle: std::time::Duration,
 }
 
-fn security(args: &ServeArgs) -> anyhow::Result<Security> {
-    if let Some(path) = &args.token_file {
+/// Who may use a server at `addr`: the token file's single token or `user:token` lines, else
+/// the token in `AGENTRY_SERVER_TOKEN`, else nobody but loopback clients (refused off
+/// loopback). `agentry serve` and `agentry mcp serve` read their tokens the same way.
+pub(crate) fn security(token_file: Option<&std::path::Path>, addr: SocketAddr) -> anyhow::Result<Security> {
+    if let Some(path) = token_file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("the token file {}: {e}", path.display()))?;
         // One line without a colon is today's single token.
@@ -66,11 +69,10 @@ fn security(args: &ServeArgs) -> anyhow::Result<Security> {
     match std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_owned()) {
         Some(token) if token.is_empty() => anyhow::bail!("the token is empty"),
         Some(token) => Ok(Security::Token(token)),
-        None if args.addr.ip().is_loopback() => Ok(Security::Loopback),
+        None if addr.ip().is_loopback() => Ok(Security::Loopback),
         None => anyhow::bail!(
-            "{} is not a loopback address: anyone who reaches it could drive the agent; give a token with \
-             --token-file FILE or {TOKEN_ENV}",
-            args.addr
+            "{addr} is not a loopback address: anyone who reaches it could drive the agent; give a token with \
+             --token-file FILE or {TOKEN_ENV}"
         ),
     }
 }
@@ -98,7 +100,7 @@ async fn serve_until_stopped(args: ServeArgs) -> anyhow::Result<()> {
         args.agent.session.is_none(),
         "serve serves every session of the database; --session is for run and chat"
     );
-    let security = security(&args)?;
+    let security = security(args.token_file.as_deref(), args.addr)?;
     let plan = AgentPlan::resolve(&args.agent)?;
     let mut identity = AgentIdentity::default();
     if let Some(name) = &plan.file.name {
