@@ -258,6 +258,10 @@ impl McpTool {
         };
         // The call's record keeps its resume point until the result closes it.
         self.follow(&peer, task, ctx, tx, &cancel).await;
+        if !ctx.is_cancelled() {
+            // A cancel's tasks/cancel may still be on its way in the old session.
+            self.client.task_supports().forget(task_id);
+        }
     }
 
     /// `tools/call` with the `task` parameter: the task, or `None` when the call ended here.

@@ -101,6 +101,14 @@ impl TaskSupports {
             .insert(task_id.to_owned(), Arc::from(session));
     }
 
+    /// The task was followed to its end: requests about it go out as any other.
+    pub(crate) fn forget(&self, task_id: &str) {
+        self.task_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(task_id);
+    }
+
     /// The session a request about a task of an earlier session must carry.
     pub(crate) fn session_for(&self, method: &str, params: Option<&Value>) -> Option<Arc<str>> {
         if !method.starts_with("tasks/") {
