@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::approval::Approver;
 use crate::progress::Progress;
-use crate::server::Inner;
+use agentry::agent::AgentSource;
 
 /// Longest tool result text in a progress message.
 const RESULT_CHARS: usize = 500;
@@ -44,20 +44,20 @@ pub(crate) fn prompt(args: &JsonObject) -> Result<String, ErrorData> {
 }
 
 /// A reply of a fresh agent for `prompt`, started.
-fn start(inner: &Inner, prompt: &str) -> Result<(String, ReplyRun), ErrorData> {
-    let agent = (inner.agents)()
-        .map_err(|e| ErrorData::internal_error(format!("the agent could not be made: {e}"), None))?;
+fn start(agents: &AgentSource, prompt: &str) -> Result<(String, ReplyRun), ErrorData> {
+    let agent =
+        agents().map_err(|e| ErrorData::internal_error(format!("the agent could not be made: {e}"), None))?;
     Ok((agent.name().to_owned(), agent.start_reply(Msg::user(prompt))))
 }
 
 /// Runs the reply tool's call: the reply for `args.prompt`, until it ends or the client
 /// cancels the request.
 pub(crate) async fn run(
-    inner: &Inner,
+    agents: &AgentSource,
     args: JsonObject,
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResult, ErrorData> {
-    let (name, run) = start(inner, &prompt(&args)?)?;
+    let (name, run) = start(agents, &prompt(&args)?)?;
     let mut call = ReplyCall {
         name,
         progress: Progress::of(&context),
@@ -73,12 +73,12 @@ pub(crate) async fn run(
 /// the reply, approvals are the task's input requests, and `tasks/cancel` cancels the reply,
 /// whose partial result becomes the task's result.
 pub(crate) async fn run_task(
-    inner: &Inner,
+    agents: &AgentSource,
     prompt: &str,
     peer: &Peer<RoleServer>,
     task: TaskContext,
 ) -> Result<CallToolResult, TaskExit> {
-    let (name, run) = start(inner, prompt)?;
+    let (name, run) = start(agents, prompt)?;
     let mut call = ReplyCall {
         name,
         progress: Progress::of_task(task.clone()),

@@ -159,13 +159,13 @@ impl AgentMcpServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CreateTaskResult, ErrorData> {
         let prompt = crate::reply::prompt(args)?;
-        let (inner, peer) = (Arc::clone(&self.inner), context.peer.clone());
+        let (agents, peer) = (Arc::clone(&self.inner.agents), context.peer.clone());
         let options = TaskOptions::new()
             .with_ttl_ms(TASK_TTL_MS)
             .with_poll_interval_ms(TASK_POLL_MS)
             .with_status_message("starting");
         let task = self.inner.tasks.spawn(options, move |task| {
-            Box::pin(async move { crate::reply::run_task(&inner, &prompt, &peer, task).await })
+            Box::pin(async move { crate::reply::run_task(&agents, &prompt, &peer, task).await })
         });
         Ok(CreateTaskResult::new(task))
     }
@@ -244,7 +244,7 @@ impl ServerHandler for AgentMcpServer {
             if context.client_capabilities().is_some_and(|c| c.supports_tasks()) {
                 return self.reply_task(&args, &context).map(CallToolResponse::Task);
             }
-            return crate::reply::run(&self.inner, args, context)
+            return crate::reply::run(&self.inner.agents, args, context)
                 .await
                 .map(Into::into);
         }

@@ -21,8 +21,8 @@ use super::config::{McpServerConfig, McpTransport, SamplingPolicy};
 use super::http::SessionAwareClient;
 use super::process::ServerProcess;
 use super::server_requests::{self, InFlight};
-use super::task_call::McpTask;
 use super::task_support::{StdoutTap, TaskSupport, TaskSupports};
+use super::task_wire::McpTask;
 use crate::model::ChatModel;
 
 /// Lines of a server's stderr kept for error messages.
@@ -635,7 +635,7 @@ impl McpClient {
     /// what the calls agentry ran as tasks became.
     pub async fn tasks(&self) -> Result<Vec<McpTask>, McpError> {
         let peer = self.peer().await?;
-        super::task_call::list_tasks(&peer)
+        super::task_wire::list_tasks(&peer)
             .await
             .map_err(|reason| McpError::Protocol {
                 server: self.name().to_owned(),

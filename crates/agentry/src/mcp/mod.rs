@@ -24,17 +24,19 @@ mod config;
 mod http;
 mod process;
 mod register;
+mod result;
 mod server_requests;
 mod task_call;
 mod task_support;
+mod task_wire;
 mod tool;
 
 pub use client::{MAX_TOOL_PAGES, MAX_TOOLS, McpClient, McpStatus, McpToolInfo};
 pub use config::{DEFAULT_STARTUP_TIMEOUT, McpServerConfig, McpTransport, SamplingPolicy, parse_mcp_servers};
 pub use process::kill_all_servers;
 pub use register::{MCP_DEFAULT_TIMEOUT, MCP_MAX_TIMEOUT, McpToolOptions, mcp_tool_name};
-pub use task_call::McpTask;
 pub use task_support::TaskSupport;
+pub use task_wire::McpTask;
 
 /// Why an MCP operation failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -3,20 +3,19 @@
 //! carries what the server asks meanwhile, an elicitation say); `tasks/get` is polled at the
 //! server's `pollInterval` for the status message, shown as progress; a cancel sends
 //! `tasks/cancel`.
-//!
-//! rmcp 3.11 speaks a later draft of tasks (results flattened, `resultType: "task"`), so these
-//! requests go out as custom requests and their answers are read as plain JSON.
+//! The requests themselves are in `task_wire.rs`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{CallToolResult, ClientRequest, CustomRequest, ServerResult};
+use rmcp::model::ServerResult;
 use rmcp::{Peer, RoleClient, ServiceError};
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::tool::{Chunks, McpTool, map_result};
+use super::client::McpClient;
+use super::result::{Chunks, map_result};
+use super::task_wire::{McpTask, created_task, custom, get_task, plain_result};
 use crate::tool::{ToolError, ToolResponse};
 
 /// The key of an MCP task in a call's resume point.
@@ -25,84 +24,8 @@ pub(crate) const RESUME_KEY: &str = "mcp_task";
 /// How long a task's result is kept by the server after it ends, asked for at creation: long
 /// enough to find it again after a restart.
 pub(crate) const TASK_TTL_MS: u64 = 60 * 60 * 1000;
-/// The bounds on the server's suggested poll interval.
-const POLL_MIN: Duration = Duration::from_millis(100);
-const POLL_MAX: Duration = Duration::from_secs(5);
 /// How long a cancelled call still waits for the task it asked for, to cancel it.
 const CREATE_WAIT_AFTER_CANCEL: Duration = Duration::from_secs(10);
-
-/// An MCP task as the server reports it (`tools/call`, `tasks/get`, `tasks/list`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[non_exhaustive]
-pub struct McpTask {
-    /// The server's id for it.
-    pub task_id: String,
-    /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
-    pub status: String,
-    /// What it is doing, in the server's words.
-    #[serde(default)]
-    pub status_message: Option<String>,
-    /// How often the server suggests to poll it, in milliseconds.
-    #[serde(default)]
-    pub poll_interval: Option<u64>,
-}
-
-impl McpTask {
-    /// Whether it ended (completed, failed or cancelled).
-    pub fn is_terminal(&self) -> bool {
-        matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
-    }
-
-    fn poll_every(&self) -> Duration {
-        Duration::from_millis(self.poll_interval.unwrap_or(1000)).clamp(POLL_MIN, POLL_MAX)
-    }
-}
-
-fn custom(method: &str, params: Value) -> ClientRequest {
-    ClientRequest::CustomRequest(CustomRequest::new(method, Some(params)))
-}
-
-fn raw(result: ServerResult) -> Value {
-    match result {
-        ServerResult::CustomResult(custom) => custom.0,
-        other => serde_json::to_value(other).unwrap_or(Value::Null),
-    }
-}
-
-/// `tasks/get`: the task's state now.
-pub(crate) async fn get_task(peer: &Peer<RoleClient>, task_id: &str) -> Result<McpTask, String> {
-    let answer = peer
-        .send_request(custom("tasks/get", json!({ "taskId": task_id })))
-        .await
-        .map_err(|e| super::tidy(&e.to_string()))?;
-    serde_json::from_value(raw(answer)).map_err(|e| format!("a task state that cannot be read: {e}"))
-}
-
-/// `tasks/list`: the tasks the server keeps for this session, every page.
-pub(crate) async fn list_tasks(peer: &Peer<RoleClient>) -> Result<Vec<McpTask>, String> {
-    let mut tasks = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..super::client::MAX_TOOL_PAGES {
-        let params = match &cursor {
-            Some(cursor) => json!({ "cursor": cursor }),
-            None => json!({}),
-        };
-        let mut page = raw(peer
-            .send_request(custom("tasks/list", params))
-            .await
-            .map_err(|e| super::tidy(&e.to_string()))?);
-        let listed: Vec<McpTask> =
-            serde_json::from_value(page.get_mut("tasks").map(Value::take).unwrap_or_default())
-                .map_err(|e| format!("a task list that cannot be read: {e}"))?;
-        tasks.extend(listed);
-        match page.get("nextCursor").and_then(Value::as_str) {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => return Ok(tasks),
-        }
-    }
-    Err("the server's task list did not end".into())
-}
 
 /// Sends `tasks/cancel` once, as soon as the task's id is known: from `on_cancel` (off the
 /// tool's task, so it spawns on the runtime it was made on) or from the call itself.
@@ -172,14 +95,20 @@ impl Drop for AbortOnDrop {
     }
 }
 
-impl McpTool {
+/// One call of an MCP tool that runs as a task.
+pub(super) struct TaskCall<'a> {
+    pub(super) client: &'a McpClient,
+    /// The tool's name on the server.
+    pub(super) tool: &'a str,
+}
+
+impl TaskCall<'_> {
+    fn server(&self) -> &str {
+        self.client.name()
+    }
+
     /// Runs the call as a task, start to result.
-    pub(super) async fn run_as_task(
-        &self,
-        args: &Map<String, Value>,
-        ctx: &crate::tool::ToolContext,
-        tx: &Chunks,
-    ) {
+    pub(super) async fn run(&self, args: &Map<String, Value>, ctx: &crate::tool::ToolContext, tx: &Chunks) {
         let peer = match self.client.peer().await {
             Ok(peer) => peer,
             Err(e) => {
@@ -217,7 +146,7 @@ impl McpTool {
 
     /// Finds the task an earlier process started for this call again (its resume point), and
     /// follows it to its result.
-    pub(super) async fn resume_task(&self, token: &Value, ctx: &crate::tool::ToolContext, tx: &Chunks) {
+    pub(super) async fn resume(&self, token: &Value, ctx: &crate::tool::ToolContext, tx: &Chunks) {
         let point = &token[RESUME_KEY];
         let (Some(task_id), Some(session)) = (point["task_id"].as_str(), point["session"].as_str()) else {
             let _ = tx.send(Err(ToolError::msg(format!(
@@ -274,7 +203,7 @@ impl McpTool {
         cancel: &TaskCancel,
     ) -> Option<McpTask> {
         let params = json!({
-            "name": self.info.name,
+            "name": self.tool,
             "arguments": args,
             "task": { "ttl": TASK_TTL_MS },
         });
@@ -291,7 +220,7 @@ impl McpTool {
                             cancel.created(&task.task_id);
                         }
                     }
-                    _ => tracing::warn!(tool = %self.info.name, "a task cancelled while it was created may go on"),
+                    _ => tracing::warn!(tool = %self.tool, "a task cancelled while it was created may go on"),
                 }
                 return None;
             }
@@ -434,25 +363,6 @@ async fn poll(peer: Peer<RoleClient>, task: McpTask, states: mpsc::UnboundedSend
                 }
             }
             Err(e) => tracing::debug!(task = %task.task_id, error = %e, "tasks/get failed"),
-        }
-    }
-}
-
-/// The task in a `tools/call` answer (`{"task": {...}}`).
-fn created_task(answer: ServerResult) -> Option<McpTask> {
-    let mut raw = raw(answer);
-    serde_json::from_value(raw.get_mut("task")?.take()).ok()
-}
-
-/// A tool result, however rmcp typed it.
-fn plain_result(answer: ServerResult) -> Option<CallToolResult> {
-    match answer {
-        ServerResult::CallToolResult(result) => Some(result),
-        other => {
-            let raw = raw(other);
-            (raw.get("content").is_some() || raw.get("structuredContent").is_some())
-                .then(|| serde_json::from_value(raw).ok())
-                .flatten()
         }
     }
 }

@@ -5,18 +5,17 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use rmcp::ServiceError;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ResourceContents, ServerResult,
-};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::PeerRequestOptions;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::McpTransport;
 use super::cancel_slot::CancelSlot;
 use super::client::{McpClient, McpToolInfo, Progress};
+use super::result::{Chunks, map_result};
+use super::task_call::TaskCall;
 use crate::error_chain;
-use crate::message::{ContentBlock, MediaSource};
 use crate::tool::{CancelCause, Tool, ToolContext, ToolError, ToolResponse, ToolStream};
 
 pub(crate) struct McpTool {
@@ -44,8 +43,6 @@ impl Tool for McpTool {
     }
 }
 
-pub(super) type Chunks = mpsc::UnboundedSender<Result<ToolResponse, ToolError>>;
-
 /// Why a call stopped, in the words `notifications/cancelled` carries (M1).
 fn cancel_reason(ctx: &ToolContext) -> &'static str {
     match ctx.cancel_cause() {
@@ -58,19 +55,23 @@ fn cancel_reason(ctx: &ToolContext) -> &'static str {
 }
 
 impl McpTool {
-    pub(super) fn server(&self) -> &str {
+    fn server(&self) -> &str {
         self.client.name()
     }
 
     async fn run(self: Arc<Self>, args: Map<String, Value>, ctx: ToolContext, tx: Chunks) {
+        let task = TaskCall {
+            client: &self.client,
+            tool: &self.info.name,
+        };
         if let Some(token) = ctx
             .resumed_from()
             .filter(|t| t.get(super::task_call::RESUME_KEY).is_some())
         {
-            return self.resume_task(&token.clone(), &ctx, &tx).await;
+            return task.resume(&token.clone(), &ctx, &tx).await;
         }
         if self.info.task_support.as_task() {
-            return self.run_as_task(&args, &ctx, &tx).await;
+            return task.run(&args, &ctx, &tx).await;
         }
         // Retry once when an HTTP server lost our session (some answer 400, not 404).
         if let Err(Retry::SessionLost) = self.attempt(&args, &ctx, &tx).await {
@@ -266,80 +267,8 @@ fn result_kind(result: &ServerResult) -> &'static str {
     }
 }
 
-/// MCP content → our blocks; nothing is dropped: kinds we cannot carry become short notes.
-/// `isError` makes an error result; `structuredContent` and `_meta` go to the metadata (kept in
-/// memory with the result).
-pub(crate) fn map_result(result: CallToolResult) -> ToolResponse {
-    let mut content = Vec::with_capacity(result.content.len());
-    for block in result.content {
-        content.push(match block {
-            rmcp::model::ContentBlock::Text(text) => ContentBlock::text(text.text),
-            rmcp::model::ContentBlock::Image(image) => ContentBlock::Image {
-                source: MediaSource::Base64 {
-                    media_type: image.mime_type,
-                    data: image.data,
-                },
-            },
-            rmcp::model::ContentBlock::Audio(audio) => ContentBlock::Audio {
-                source: MediaSource::Base64 {
-                    media_type: audio.mime_type,
-                    data: audio.data,
-                },
-            },
-            rmcp::model::ContentBlock::Resource(embedded) => match embedded.resource {
-                ResourceContents::TextResourceContents { uri, text, .. } => {
-                    ContentBlock::text(format!("[resource {uri}]\n{text}"))
-                }
-                ResourceContents::BlobResourceContents {
-                    uri, mime_type, blob, ..
-                } => match mime_type {
-                    Some(mime) if mime.starts_with("image/") => ContentBlock::Image {
-                        source: MediaSource::Base64 {
-                            media_type: mime,
-                            data: blob,
-                        },
-                    },
-                    mime => ContentBlock::text(format!(
-                        "[resource {uri} ({}), {} bytes of base64 not shown]",
-                        mime.as_deref().unwrap_or("binary"),
-                        blob.len()
-                    )),
-                },
-                other => ContentBlock::text(format!("[resource of an unsupported kind: {}]", json!(other))),
-            },
-            rmcp::model::ContentBlock::ResourceLink(link) => {
-                let mime = link.mime_type.map(|m| format!(" ({m})")).unwrap_or_default();
-                let about = link.description.map(|d| format!(": {d}")).unwrap_or_default();
-                ContentBlock::text(format!(
-                    "[resource link: {} {}{mime}{about}]",
-                    link.name, link.uri
-                ))
-            }
-            other => ContentBlock::text(format!("[content of an unsupported kind: {}]", json!(other))),
-        });
-    }
-    let mut response = ToolResponse::new(content);
-    response.is_error = result.is_error.unwrap_or(false);
-    if let Some(structured) = result.structured_content {
-        response.metadata.insert("structured_content".into(), structured);
-    }
-    if let Some(meta) = result.meta {
-        response.metadata.insert(
-            "mcp_meta".into(),
-            serde_json::to_value(meta).unwrap_or(Value::Null),
-        );
-    }
-    response
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn mapped(result: Value) -> ToolResponse {
-        map_result(serde_json::from_value(result).unwrap_or_else(|e| panic!("{e}")))
-    }
-
     #[test]
     fn transport_type_names_are_left_out() {
         let raw = "Transport send error: Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<a::B>>] error: \
@@ -349,40 +278,5 @@ mod tests {
             "Transport send error: Client error: error sending request for url (http://127.0.0.1:1/mcp)"
         );
         assert_eq!(super::super::tidy("Transport closed"), "Transport closed");
-    }
-
-    #[test]
-    fn every_content_kind_becomes_a_block_or_a_note() {
-        let response = mapped(json!({
-            "content": [
-                {"type": "text", "text": "plain"},
-                {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
-                {"type": "resource", "resource": {"uri": "file:///a.bin", "mimeType": "application/zip", "blob": "UEsDBA=="}},
-                {"type": "resource", "resource": {"uri": "file:///p.png", "mimeType": "image/png", "blob": "iVBORw=="}},
-                {"type": "resource", "resource": {"uri": "file:///n.txt", "text": "notes"}},
-                {"type": "resource_link", "uri": "file:///big.csv", "name": "big.csv", "mimeType": "text/csv"}
-            ],
-            "isError": true,
-            "structuredContent": {"rows": 3},
-            "_meta": {"trace": "t1"}
-        }));
-        assert!(response.is_error);
-        assert_eq!(response.content.len(), 6);
-        assert!(
-            matches!(&response.content[1], ContentBlock::Audio { source: MediaSource::Base64 { media_type, .. } } if media_type == "audio/wav")
-        );
-        assert!(matches!(&response.content[3], ContentBlock::Image { .. }));
-        let text = response.text_content();
-        assert!(
-            text.contains("[resource file:///a.bin (application/zip), 8 bytes of base64 not shown]"),
-            "{text}"
-        );
-        assert!(text.contains("[resource file:///n.txt]\nnotes"), "{text}");
-        assert!(
-            text.contains("[resource link: big.csv file:///big.csv (text/csv)]"),
-            "{text}"
-        );
-        assert_eq!(response.metadata["structured_content"], json!({"rows": 3}));
-        assert_eq!(response.metadata["mcp_meta"]["trace"], "t1");
     }
 }
