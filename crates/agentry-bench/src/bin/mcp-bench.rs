@@ -35,6 +35,10 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+#[path = "../shared/flags.rs"]
+mod flags;
+use flags::flag;
+
 /// Add two integers.
 #[tool]
 fn add(a: i64, b: i64) -> i64 {
@@ -248,12 +252,6 @@ async fn wait_for(progress: &mut mpsc::UnboundedReceiver<String>, text: &str) ->
             return Ok(message);
         }
     }
-}
-
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn main() -> anyhow::Result<()> {

@@ -22,6 +22,10 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde_json::json;
 
+#[path = "../shared/flags.rs"]
+mod flags;
+use flags::flag;
+
 /// Add two integers.
 #[tool]
 fn add(a: i64, b: i64) -> i64 {
@@ -113,12 +117,6 @@ async fn per_reply_cpu_ms(
         }
     }
     Ok((cpu_s() - before) * 1000.0 / r as f64)
-}
-
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn main() -> anyhow::Result<()> {
