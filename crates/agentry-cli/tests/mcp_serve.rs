@@ -259,31 +259,23 @@ async fn over_streamable_http_a_python_sdk_host_gets_the_answer_and_a_foreign_or
 #[tokio::test]
 async fn off_loopback_the_http_server_needs_a_token_and_every_request_must_carry_it() {
     let (fake, home) = (FakeLlm::start().await, tempfile::tempdir().unwrap());
-    let args = mcp_serve_args(&fake, home.path(), &["--addr", "0.0.0.0:0"]);
-    let refused = crate::common::agentry(args, home.path()).await;
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(
-        text(&refused.stderr).contains("not a loopback address"),
-        "{}",
-        text(&refused.stderr)
-    );
-
     // A token file is read as `agentry serve` reads it: user:token lines are not one token.
     let users_file = home.path().join("users");
     std::fs::write(&users_file, "ada:s3cret\n").unwrap();
     let users_flag = users_file.display().to_string();
-    let args = mcp_serve_args(
-        &fake,
-        home.path(),
-        &["--addr", "0.0.0.0:0", "--token-file", &users_flag],
-    );
-    let refused = crate::common::agentry(args, home.path()).await;
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(
-        text(&refused.stderr).contains("not a list of user:token lines"),
-        "{}",
-        text(&refused.stderr)
-    );
+    for (extra, says) in [
+        (&[][..], "not a loopback address"),
+        (
+            &["--token-file", users_flag.as_str()][..],
+            "not a list of user:token lines",
+        ),
+    ] {
+        let mut flags = vec!["--addr", "0.0.0.0:0"];
+        flags.extend_from_slice(extra);
+        let refused = crate::common::agentry(mcp_serve_args(&fake, home.path(), &flags), home.path()).await;
+        assert_eq!(refused.status.code(), Some(2));
+        assert!(text(&refused.stderr).contains(says), "{}", text(&refused.stderr));
+    }
 
     let token_file = home.path().join("token");
     std::fs::write(&token_file, "s3cret\n").unwrap();
