@@ -144,7 +144,22 @@ impl StreamableHttpClient for SessionAwareClient {
             _ => session_id,
         };
         let had_session = session_id.is_some();
-        let listing = lists_tools(&message).then(|| message.clone());
+        if !lists_tools(&message) {
+            let response = self
+                .0
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await;
+            return expired_if_lost(response, had_session);
+        }
+        // `tools/list`: the page is asked again afterwards, with the same target.
+        let listing = message.clone();
         let response = self
             .0
             .post_message_with_response_limits(
@@ -156,8 +171,7 @@ impl StreamableHttpClient for SessionAwareClient {
                 limits,
             )
             .await;
-        let answered = response.is_ok();
-        if let Some(listing) = listing.filter(|_| answered) {
+        if response.is_ok() {
             self.read_task_support(
                 &uri,
                 &listing,
